@@ -1,0 +1,89 @@
+"""Argument checks that run before any kernel launch, each error naming the argument at fault."""
+
+from __future__ import annotations
+
+import numbers
+import os
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+def check_scalar(name: str, value: object) -> None:
+    if isinstance(value, torch.Tensor) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+
+
+def check_matrix(name: str, t: object) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got a {t.dim()}-D tensor of shape {_shape(t)}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{name} has unsupported dtype {t.dtype}; supported: {names}")
+
+
+def _check_device(name: str, t: torch.Tensor) -> None:
+    if t.device.type == "cuda":
+        return
+    if t.device.type == "cpu" and (
+        os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("HELION_INTERPRET") == "1"
+    ):
+        return
+    raise ValueError(
+        f"{name} is on {t.device}; helion_ops runs on CUDA tensors "
+        "(CPU tensors only under TRITON_INTERPRET=1 or HELION_INTERPRET=1, for tests)"
+    )
+
+
+def check_matmul_args(
+    mat1: object, mat2: object, names: tuple[str, str] = ("mat1", "mat2")
+) -> None:
+    """Raise a TypeError or ValueError naming the argument unless ``mat1 @ mat2`` is supported."""
+    n1, n2 = names
+    check_matrix(n1, mat1)
+    check_matrix(n2, mat2)
+    assert isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor)
+    if mat1.dtype != mat2.dtype:
+        raise TypeError(
+            f"{n1} and {n2} must have the same dtype, got {mat1.dtype} and {mat2.dtype}"
+        )
+    if mat1.device != mat2.device:
+        raise ValueError(
+            f"{n1} and {n2} must be on the same device, got {mat1.device} and {mat2.device}"
+        )
+    _check_device(n1, mat1)
+    if mat1.shape[1] != mat2.shape[0]:
+        raise ValueError(
+            f"{n1} and {n2} shapes cannot be multiplied: {n1} is {_shape(mat1)} and {n2} is "
+            f"{_shape(mat2)} ({n1}.shape[1] must equal {n2}.shape[0])"
+        )
+
+
+def check_addmm_args(bias: object, mat1: object, mat2: object, alpha: object, beta: object) -> None:
+    """Raise a TypeError or ValueError naming the argument unless addmm of these is supported."""
+    check_matmul_args(mat1, mat2)
+    check_scalar("alpha", alpha)
+    check_scalar("beta", beta)
+    assert isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor)
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor, got {type(bias).__name__}")
+    if bias.dtype != mat1.dtype:
+        raise TypeError(f"bias must have the dtype of mat1 ({mat1.dtype}), got {bias.dtype}")
+    if bias.device != mat1.device:
+        raise ValueError(f"bias must be on the device of mat1 ({mat1.device}), got {bias.device}")
+    out_shape = (mat1.shape[0], mat2.shape[1])
+    broadcastable = bias.dim() <= 2 and all(
+        size in (1, want)
+        for size, want in zip(reversed(bias.shape), reversed(out_shape), strict=False)
+    )
+    if not broadcastable:
+        raise ValueError(
+            f"bias of shape {_shape(bias)} is not broadcastable to the output shape {out_shape}"
+        )

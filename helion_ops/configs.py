@@ -1,0 +1,110 @@
+"""Config selection: one Helion config per (shape, dtype, operand layout), no search at run time.
+
+Helion calls ``select_config`` (its ``autotuner_fn`` hook) the first time it meets a new
+specialization of the matmul kernel; exact sizes and strides are part of that key, so a
+transposed operand gets its own entry. The answer, in order:
+
+1. ``HELION_OPS_AUTOTUNE=1``: Helion's own autotuner (effort from ``HELION_AUTOTUNE_EFFORT``,
+   e.g. ``quick``), cached on disk by Helion.
+2. On a GPU, the tuned table for its architecture (``tuned/sm90.json``) when it holds the
+   exact (M, N, K, dtype, layout).
+3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper).
+4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64: the
+   interpreter is slow with small blocks and cannot run persistent kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import helion
+import torch
+from helion.autotuner.base_search import BaseAutotuner
+from helion.runtime.settings import default_autotuner_fn
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from helion.runtime.kernel import BoundKernel
+
+AUTOTUNE_ENV = "HELION_OPS_AUTOTUNE"
+
+
+def operand_layout(t: torch.Tensor) -> str:
+    """'r' for a row-major operand, 'c' for column-major (a transposed view), 's' otherwise."""
+    if t.stride(1) == 1:
+        return "r"
+    if t.stride(0) == 1:
+        return "c"
+    return "s"
+
+
+def config_key(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, str, str]:
+    """The table key of ``a @ b``: (M, N, K, dtype name, layout of a and b, e.g. 'rc')."""
+    m, k = a.shape
+    n = b.shape[1]
+    dtype = str(a.dtype).removeprefix("torch.")
+    return m, n, k, dtype, operand_layout(a) + operand_layout(b)
+
+
+@functools.cache
+def tuned_table(arch: str) -> dict[tuple[int, int, int, str, str], helion.Config]:
+    """The shipped table for a GPU architecture such as 'sm90'; empty if none ships."""
+    path = resources.files("helion_ops") / "tuned" / f"{arch}.json"
+    if not path.is_file():
+        return {}
+    entries = json.loads(path.read_text())["entries"]
+    return {
+        (e["m"], e["n"], e["k"], e["dtype"], e["layout"]): helion.Config(**e["config"])
+        for e in entries
+    }
+
+
+def interpreter_config(m: int, n: int, k: int) -> helion.Config:
+    """A config the Triton CPU interpreter runs quickly: power-of-two blocks of 16 to 64."""
+
+    def block(size: int) -> int:
+        return min(64, max(16, 1 << max(size - 1, 0).bit_length()))
+
+    return helion.Config(block_sizes=[block(m), block(n), block(k)], num_warps=4, num_stages=1)
+
+
+def gpu_arch(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -> helion.Config:
+    """The config for ``a @ b`` without any search (rules 2 to 4 above)."""
+    m, n, k, _, _ = key = config_key(a, b)
+    if a.device.type != "cuda":
+        return interpreter_config(m, n, k)
+    config = tuned_table(gpu_arch(a.device)).get(key)
+    if config is not None:
+        return config
+    return bound_kernel.config_spec.default_config()
+
+
+class _Chosen(BaseAutotuner):
+    """Hands Helion a config decided up front, in place of a search."""
+
+    def __init__(self, config: helion.Config) -> None:
+        self.config = config
+
+    def autotune(self, *, skip_cache: bool = False) -> helion.Config:
+        return self.config
+
+
+def select_config(
+    bound_kernel: BoundKernel, args: Sequence[object], **kwargs: object
+) -> BaseAutotuner:
+    """Helion ``autotuner_fn``: the table or rule, or Helion's autotuner when opted in."""
+    if os.environ.get(AUTOTUNE_ENV, "") not in ("", "0"):
+        return default_autotuner_fn(bound_kernel, args, **kwargs)
+    a, b = args[0], args[1]
+    assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    return _Chosen(choose_config(bound_kernel, a, b))

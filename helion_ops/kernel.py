@@ -1,0 +1,127 @@
+"""The one Helion matmul kernel, and the launchers that reuse it.
+
+``matmul_kernel`` multiplies ``x[m, k] @ y[k, n]`` with an fp32 accumulator and hands every
+output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
+``alpha * acc + beta * bias`` and the backward's ``alpha * acc`` are epilogues, so the scaling
+and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
+are lifted to kernel arguments: one compiled kernel serves every alpha and beta.
+
+Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
+of a new (shape, strides, dtype) compiles one config and never searches unless asked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import helion
+import helion.language as hl
+import torch
+
+from helion_ops.configs import select_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    Epilogue = Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor]
+
+
+def _matmul(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epilogue: Epilogue = lambda acc, tile: acc,
+) -> torch.Tensor:
+    m, k = x.size()
+    _, n = y.size()
+    out = torch.empty([m, n], dtype=x.dtype, device=x.device)
+    for tile_m, tile_n in hl.tile([m, n]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            acc = torch.addmm(acc, x[tile_m, tile_k], y[tile_k, tile_n])
+        out[tile_m, tile_n] = epilogue(acc, (tile_m, tile_n))
+    return out
+
+
+def _make_kernel(dot_precision: str) -> helion.Kernel:
+    return helion.kernel(
+        _matmul,
+        static_shapes=True,
+        dot_precision=dot_precision,
+        autotuner_fn=select_config,
+    )
+
+
+# fp32 inputs follow torch's TF32 switch (torch.backends.cuda.matmul.allow_tf32), like
+# torch.mm does; fp16 and bf16 are unaffected by it.
+matmul_kernel = _make_kernel("ieee")
+matmul_kernel_tf32 = _make_kernel("tf32")
+KERNELS = (matmul_kernel, matmul_kernel_tf32)
+
+
+def _kernel_for(dtype: torch.dtype) -> helion.Kernel:
+    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return matmul_kernel_tf32
+    return matmul_kernel
+
+
+def launch_mm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """``alpha * (a @ b)`` through the Helion kernel; operands may be transposed views.
+
+    Args:
+        a: [m, k] tensor.
+        b: [k, n] tensor of a's dtype and device.
+        alpha: scale applied to the fp32 accumulator before the store.
+
+    Returns:
+        A new [m, n] tensor of a's dtype.
+    """
+    return launch_addmm(None, a, b, alpha, 0.0)
+
+
+def launch_addmm(
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> torch.Tensor:
+    """``beta * bias + alpha * (a @ b)`` with both scalings fused into the kernel's epilogue.
+
+    Like BLAS and torch.addmm: ``beta == 0`` never reads the bias (NaN in it does not
+    propagate) and ``alpha == 0`` never reads the product.
+
+    Args:
+        bias: None or a tensor broadcastable to [m, n].
+        a: [m, k] tensor.
+        b: [k, n] tensor.
+        alpha: scale of the product.
+        beta: scale of the bias.
+
+    Returns:
+        A new [m, n] tensor of a's dtype.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    if bias is None or beta == 0:
+        bias = None
+    if m == 0 or n == 0:
+        return a.new_empty((m, n))
+    if k == 0 or alpha == 0:
+        if bias is None:
+            return a.new_zeros((m, n))
+        return a.new_empty((m, n)).copy_(beta * bias.float())
+
+    if m == 1 and n == 1:
+        # Helion cannot lay out a 1x1 dot tile (the generated reshape fails); a stride-0
+        # second row of a costs nothing and keeps every other shape on the direct path.
+        return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1]
+
+    kernel = _kernel_for(a.dtype)
+    if bias is None:
+        return kernel(a, b, lambda acc, tile: alpha * acc)
+    bias_mn = bias.expand(m, n)
+    return kernel(
+        a,
+        b,
+        lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32),
+    )

@@ -1,0 +1,80 @@
+"""Test setup: on a machine without a GPU the kernels run on the CPU.
+
+fp32 and fp16 run the real generated Triton code in Triton's interpreter (TRITON_INTERPRET=1).
+Its bf16 dot is wrong (triton issue 11584), so bf16 runs through Helion's ref mode, which
+executes the kernel body as eager PyTorch; that needs a CPU ``aten::mm.dtype``, added here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from helion.runtime.settings import RefMode  # noqa: E402
+
+from helion_ops.kernel import KERNELS  # noqa: E402
+
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (real sizes, real configs)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def poison_uninitialized_memory():
+    """torch.empty fills floats with NaN, so an output element the kernel never writes fails."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
+    torch.use_deterministic_algorithms(was, warn_only=True)
+
+
+_cpu_mm_dtype_lib = None
+
+
+def _register_cpu_mm_dtype() -> None:
+    global _cpu_mm_dtype_lib
+    if _cpu_mm_dtype_lib is not None:
+        return
+    _cpu_mm_dtype_lib = torch.library.Library("aten", "IMPL")
+
+    def mm_dtype(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        return torch.mm(a.to(out_dtype), b.to(out_dtype))
+
+    _cpu_mm_dtype_lib.impl("mm.dtype", mm_dtype, "CPU")
+
+
+def _set_ref_mode(mode: RefMode) -> None:
+    for kernel in KERNELS:
+        kernel.settings.ref_mode = mode
+        kernel.reset()
+
+
+@pytest.fixture
+def dtype_mode(request: pytest.FixtureRequest) -> torch.dtype:
+    """The dtype under test; bf16 on the CPU switches the kernels to ref mode for the test."""
+    dtype = request.param
+    if dtype == torch.bfloat16 and not HAS_CUDA:
+        _register_cpu_mm_dtype()
+        _set_ref_mode(RefMode.EAGER)
+        yield dtype
+        _set_ref_mode(RefMode.OFF)
+    else:
+        yield dtype

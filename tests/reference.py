@@ -1,0 +1,48 @@
+"""Compare a result with a float64 reference, allowing a small multiple of torch's own error."""
+
+from __future__ import annotations
+
+import torch
+
+EPS = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+# Our error may exceed torch's (same dtype, same inputs) by this factor, plus a few ulps of the
+# largest reference value: summation order differs, the accumulator is fp32 in both.
+ERROR_FACTOR = 2.0
+ULPS = 1.0
+
+
+def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor) -> None:
+    """Assert ``ours`` is as close to the float64 ``ref`` as torch's ``theirs`` is, or nearly.
+
+    Args:
+        name: what is compared, e.g. "grad of mat2", for the failure message.
+        ours: helion_ops' result.
+        theirs: torch's result for the same inputs in the same dtype.
+        ref: the float64 result.
+    """
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
+    assert ours.dtype == theirs.dtype, f"{name}: dtype {ours.dtype} != torch's {theirs.dtype}"
+    ours64, theirs64, ref = ours.detach().double(), theirs.detach().double(), ref.detach().double()
+    bad_nan = ours64.isnan() != ref.isnan()
+    assert not bad_nan.any(), (
+        f"{name}: NaN where the reference has none, or the reverse, "
+        f"at {int(bad_nan.sum())} elements"
+    )
+    finite = ref.isfinite()
+    assert torch.equal(ours64[~finite].nan_to_num(), ref[~finite].nan_to_num()), (
+        f"{name}: inf mismatch"
+    )
+    if ref.numel() == 0 or not finite.any():
+        return
+    err = (ours64 - ref).abs()[finite]
+    torch_err = (theirs64 - ref).abs()[finite].max().item()
+    scale = ref[finite].abs().max().item()
+    tol = ERROR_FACTOR * torch_err + ULPS * EPS[ours.dtype] * scale
+    worst = err.max().item()
+    if worst > tol:
+        count = int((err > tol).sum())
+        top = err.topk(min(3, err.numel()))
+        raise AssertionError(
+            f"{name}: {count} of {err.numel()} elements off by more than {tol:.3g} "
+            f"(torch's worst error {torch_err:.3g}); worst errors {top.values.tolist()}"
+        )

@@ -1,0 +1,90 @@
+"""Bad input fails with an error naming the argument, before any kernel launch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DEVICE
+
+import helion_ops
+from helion_ops import autograd
+
+
+def t(*shape: int, dtype: torch.dtype = torch.float32, device: str = DEVICE) -> torch.Tensor:
+    return torch.randn(shape, device=device).to(dtype)
+
+
+CASES = [
+    ("mm", (t(2, 3, 4), t(4, 5)), ValueError, "mat1 must be 2-D, got a 3-D tensor"),
+    ("mm", (t(2, 3), t(3)), ValueError, "mat2 must be 2-D, got a 1-D tensor"),
+    ("mm", (t(2, 3), t(4, 5)), ValueError, "mat1.shape[1] must equal mat2.shape[0]"),
+    ("mm", (t(2, 3), t(3, 5, dtype=torch.float16)), TypeError, "same dtype"),
+    (
+        "mm",
+        (t(2, 3, dtype=torch.float64), t(3, 5, dtype=torch.float64)),
+        TypeError,
+        "mat1 has unsupported dtype torch.float64",
+    ),
+    (
+        "mm",
+        (t(2, 3, dtype=torch.int32), t(3, 5)),
+        TypeError,
+        "mat1 has unsupported dtype torch.int32",
+    ),
+    ("mm", ([[1.0]], t(1, 5)), TypeError, "mat1 must be a torch.Tensor, got list"),
+    ("mm", (t(2, 3), t(3, 5, device="meta")), ValueError, "same device"),
+    (
+        "addmm",
+        (t(3, 5), t(2, 3), t(3, 5)),
+        ValueError,
+        "bias of shape (3, 5) is not broadcastable to the output shape (2, 5)",
+    ),
+    ("addmm", (t(4), t(2, 3), t(3, 5)), ValueError, "bias of shape (4,) is not broadcastable"),
+    (
+        "addmm",
+        (t(1, 2, 5), t(2, 3), t(3, 5)),
+        ValueError,
+        "bias of shape (1, 2, 5) is not broadcastable",
+    ),
+    (
+        "addmm",
+        (t(5, dtype=torch.float16), t(2, 3), t(3, 5)),
+        TypeError,
+        "bias must have the dtype of mat1",
+    ),
+    (
+        "addmm",
+        (t(5, device="meta"), t(2, 3), t(3, 5)),
+        ValueError,
+        "bias must be on the device of mat1",
+    ),
+    ("addmm", (None, t(2, 3), t(3, 5)), TypeError, "bias must be a torch.Tensor, got NoneType"),
+    ("addmm", (t(5), t(2, 3), t(3, 5, dtype=torch.bfloat16)), TypeError, "same dtype"),
+]
+
+
+@pytest.mark.parametrize("op,args,error,message", CASES, ids=[c[3][:40] for c in CASES])
+def test_bad_input_is_named_before_launch(op, args, error, message, monkeypatch):
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a kernel was launched for bad input")
+
+    monkeypatch.setattr(autograd, "launch_mm", no_launch)
+    monkeypatch.setattr(autograd, "launch_addmm", no_launch)
+    fn = helion_ops.matmul if op == "mm" else helion_ops.addmm
+    with pytest.raises(error) as info:
+        fn(*args)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta"])
+@pytest.mark.parametrize("value", [1j, "2", torch.tensor(2.0), None])
+def test_bad_scalars_are_named(name, value):
+    with pytest.raises(TypeError, match=f"{name} must be a real number"):
+        helion_ops.addmm(t(5), t(2, 3), t(3, 5), **{name: value})
+
+
+def test_cpu_tensors_need_an_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("HELION_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="mat1 is on cpu; helion_ops runs on CUDA tensors"):
+        helion_ops.matmul(t(2, 3, device="cpu"), t(3, 4, device="cpu"))

@@ -1,0 +1,85 @@
+"""Config selection: no search unless asked, the table's format, the generated code."""
+
+from __future__ import annotations
+
+import json
+
+import helion
+import pytest
+import torch
+from conftest import DEVICE, HAS_CUDA
+
+from helion_ops import configs
+from helion_ops.kernel import _kernel_for, matmul_kernel, matmul_kernel_tf32
+
+
+def bound_for(a: torch.Tensor, b: torch.Tensor, kernel=matmul_kernel):
+    return kernel.bind((a, b, lambda acc, tile: 2.0 * acc))
+
+
+def test_operand_layout_and_key():
+    a = torch.randn(8, 4)
+    b = torch.randn(6, 4).T
+    assert configs.config_key(a, b) == (8, 6, 4, "float32", "rc")
+    assert configs.operand_layout(torch.randn(8, 8)[:, ::2]) == "s"
+
+
+@pytest.mark.parametrize("size,block", [(1, 16), (16, 16), (17, 32), (64, 64), (1000, 64)])
+def test_interpreter_blocks(size, block):
+    assert configs.interpreter_config(size, size, size).config["block_sizes"] == [block] * 3
+
+
+def test_no_search_by_default(monkeypatch):
+    def no_search(*args, **kwargs):
+        raise AssertionError("Helion's autotuner ran without being asked")
+
+    monkeypatch.setattr(configs, "default_autotuner_fn", no_search)
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 8, device=DEVICE)
+    chosen = configs.select_config(bound_for(a, b), (a, b)).autotune()
+    assert isinstance(chosen, helion.Config)
+
+
+def test_autotuning_is_opt_in(monkeypatch):
+    sentinel = object()
+    monkeypatch.setattr(configs, "default_autotuner_fn", lambda bound, args, **kw: sentinel)
+    monkeypatch.setenv(configs.AUTOTUNE_ENV, "1")
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 8, device=DEVICE)
+    assert configs.select_config(bound_for(a, b), (a, b)) is sentinel
+
+
+def test_shipped_tables_are_valid():
+    tuned = configs.resources.files("helion_ops") / "tuned"
+    for path in tuned.iterdir():
+        if path.name.endswith(".json"):
+            data = json.loads(path.read_text())
+            assert {"device", "entries"} <= data.keys()
+            table = configs.tuned_table(path.name.removesuffix(".json"))
+            assert len(table) == len(data["entries"])
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
+def test_generated_triton_code_has_a_dot():
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    code = bound_for(a, b).to_triton_code(configs.interpreter_config(64, 64, 64))
+    assert "tl.dot(" in code
+    assert "input_precision='ieee'" in code
+
+
+@pytest.fixture
+def restore_tf32():
+    was = torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = was
+
+
+def test_fp32_follows_torch_tf32_switch(restore_tf32):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    assert _kernel_for(torch.float32) is matmul_kernel
+    torch.backends.cuda.matmul.allow_tf32 = True
+    assert _kernel_for(torch.float32) is matmul_kernel_tf32
+    assert _kernel_for(torch.float16) is matmul_kernel
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    code = bound_for(a, b, matmul_kernel_tf32).to_triton_code(
+        configs.interpreter_config(64, 64, 64)
+    )
+    assert "input_precision='tf32'" in code

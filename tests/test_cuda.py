@@ -1,0 +1,63 @@
+"""The same checks at realistic sizes with the real GPU configs (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DTYPES
+from test_ops import check_fwd_bwd, make
+
+import helion_ops
+from helion_ops import configs
+
+pytestmark = pytest.mark.cuda
+dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
+
+SHAPES = [
+    (4096, 4096, 4096),
+    (20120, 1536, 512),
+    (1000, 777, 333),
+    (8192, 1024, 2048),
+    (1, 4096, 1),
+]
+
+
+@dtypes
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=str)
+def test_matmul_fwd_bwd_at_size(dtype_mode, m, k, n):
+    a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
+    check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+
+
+@dtypes
+@pytest.mark.parametrize("bias_shape", ["mn", "n"])
+@pytest.mark.parametrize("m,k,n", SHAPES[:3], ids=str)
+def test_addmm_fwd_bwd_at_size(dtype_mode, bias_shape, m, k, n):
+    bias = make((m, n) if bias_shape == "mn" else (n,), dtype_mode)
+    a, b = make((m, k), dtype_mode), make((k, n), dtype_mode, transposed=True)
+    check_fwd_bwd(
+        lambda *t: helion_ops.addmm(*t, alpha=1.5, beta=0.5),
+        lambda *t: torch.addmm(*t, alpha=1.5, beta=0.5),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
+
+
+def tuned_entries():
+    if not torch.cuda.is_available():
+        return []
+    arch = configs.gpu_arch(torch.device("cuda"))
+    return sorted(configs.tuned_table(arch))
+
+
+@pytest.mark.parametrize("key", tuned_entries(), ids=str)
+def test_every_tuned_config_is_correct(key):
+    """Each table entry, run on its own shape and layout, against the float64 reference."""
+    m, n, k, dtype_name, layout = key
+    dtype = getattr(torch, dtype_name)
+    a = make((m, k), dtype, transposed=layout[0] == "c").detach()
+    b = make((k, n), dtype, transposed=layout[1] == "c").detach()
+    assert configs.config_key(a, b) == key
+    from reference import assert_matches
+
+    assert_matches(f"{key}", helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())

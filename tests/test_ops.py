@@ -1,0 +1,172 @@
+"""helion_ops.matmul / addmm forward and backward against torch and a float64 reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import DEVICE, DTYPES
+from reference import assert_matches
+
+import helion_ops
+
+dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
+
+
+def make(shape: tuple[int, ...], dtype: torch.dtype, *, transposed: bool = False) -> torch.Tensor:
+    """A fresh random leaf tensor that requires grad; ``transposed`` gives a column-major view."""
+    if transposed:
+        t = torch.randn(shape[::-1], dtype=dtype, device=DEVICE).T
+    else:
+        t = torch.randn(shape, dtype=dtype, device=DEVICE)
+    return t.requires_grad_()
+
+
+def grads_of(out: torch.Tensor, inputs: list[torch.Tensor], grad_out: torch.Tensor) -> list:
+    return list(torch.autograd.grad(out, inputs, grad_out, allow_unused=True))
+
+
+def check_fwd_bwd(ours_fn, torch_fn, inputs: list[torch.Tensor], names: list[str]) -> None:
+    """Forward output and every input gradient: ours vs torch (same dtype) vs float64."""
+    ref_inputs = [t.detach().double().requires_grad_(t.requires_grad) for t in inputs]
+    theirs = torch_fn(*inputs)
+    ref = torch_fn(*ref_inputs)
+    ours = ours_fn(*inputs)
+    assert_matches("output", ours, theirs, ref)
+    grad_out = torch.randn_like(theirs)
+    ours_g = grads_of(ours, inputs, grad_out)
+    theirs_g = grads_of(theirs, inputs, grad_out)
+    ref_g = grads_of(ref, ref_inputs, grad_out.double())
+    for name, o, t, r in zip(names, ours_g, theirs_g, ref_g, strict=True):
+        assert_matches(f"grad of {name}", o, t, r)
+
+
+@dtypes
+@pytest.mark.parametrize("m,k,n", [(128, 256, 128), (37, 50, 29), (1, 1, 1), (65, 130, 17)])
+def test_matmul_bwd(dtype_mode, m, k, n):
+    a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
+    check_fwd_bwd(helion_ops.matmul_autograd, torch.matmul, [a, b], ["mat1", "mat2"])
+
+
+@dtypes
+@pytest.mark.parametrize(
+    "alpha,beta", [(1.0, 1.0), (2.0, 0.5), (-1.5, 3.0), (0.0, 1.0), (1.0, 0.0), (0, 0)]
+)
+def test_addmm_bwd(dtype_mode, alpha, beta):
+    bias, a, b = make((37, 29), dtype_mode), make((37, 50), dtype_mode), make((50, 29), dtype_mode)
+    check_fwd_bwd(
+        lambda *t: helion_ops.addmm_autograd(*t, alpha=alpha, beta=beta),
+        lambda *t: torch.addmm(*t, alpha=alpha, beta=beta),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
+
+
+BIAS_SHAPES = [(37, 29), (29,), (1, 29), (37, 1), (1,), ()]
+
+
+@dtypes
+@pytest.mark.parametrize("bias_shape", BIAS_SHAPES, ids=str)
+def test_addmm_every_bias_shape(dtype_mode, bias_shape):
+    bias, a, b = (
+        make(bias_shape, dtype_mode),
+        make((37, 50), dtype_mode),
+        make((50, 29), dtype_mode),
+    )
+    check_fwd_bwd(
+        lambda *t: helion_ops.addmm(*t, alpha=0.75, beta=-2.0),
+        lambda *t: torch.addmm(*t, alpha=0.75, beta=-2.0),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("a_t,b_t", [(True, False), (False, True), (True, True)])
+def test_transposed_views(dtype_mode, a_t, b_t):
+    bias = make((29,), dtype_mode)
+    a, b = make((37, 50), dtype_mode, transposed=a_t), make((50, 29), dtype_mode, transposed=b_t)
+    assert not (a.is_contiguous() and b.is_contiguous())
+    check_fwd_bwd(helion_ops.addmm, torch.addmm, [bias, a, b], ["bias", "mat1", "mat2"])
+
+
+def test_strided_views():
+    base_a = torch.randn(37, 100, device=DEVICE, requires_grad=True)
+    base_b = torch.randn(60, 29, device=DEVICE, requires_grad=True)
+    a, b = base_a[:, ::2], base_b[5:55]
+    check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+    base_c = torch.randn(29, 200, device=DEVICE, requires_grad=True)
+    c = base_c.T[::2]
+    assert c.stride() == (2, 200)
+    check_fwd_bwd(helion_ops.matmul, torch.matmul, [base_a, c], ["mat1", "mat2"])
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_beta_zero_ignores_bias(bad):
+    bias = torch.full((37, 29), bad, device=DEVICE, requires_grad=True)
+    a, b = make((37, 50), torch.float32), make((50, 29), torch.float32)
+    out = helion_ops.addmm(bias, a, b, beta=0.0)
+    assert out.isfinite().all()
+    check_fwd_bwd(
+        lambda *t: helion_ops.addmm(*t, beta=0),
+        lambda *t: torch.addmm(*t, beta=0),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 5, 7), (5, 0, 7), (5, 7, 0), (0, 0, 0)])
+@pytest.mark.parametrize("bias_shape", [None, (7,), ()], ids=str)
+def test_empty_dimensions(m, k, n, bias_shape):
+    a, b = make((m, k), torch.float32), make((k, n), torch.float32)
+    if bias_shape is None:
+        check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+        return
+    bias = make(bias_shape if n else (), torch.float32)
+    check_fwd_bwd(
+        lambda *t: helion_ops.addmm(*t, alpha=2.0, beta=0.5),
+        lambda *t: torch.addmm(*t, alpha=2.0, beta=0.5),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
+
+
+def test_no_grad_and_output_dtype():
+    a, b = make((37, 50), torch.float16), make((50, 29), torch.float16)
+    with torch.no_grad():
+        out = helion_ops.matmul(a, b)
+    assert out.dtype == torch.float16 and not out.requires_grad
+
+
+@pytest.mark.parametrize("needs", [(True, False), (False, True)])
+def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch):
+    a = torch.randn(37, 50, device=DEVICE, requires_grad=needs[0])
+    b = torch.randn(50, 29, device=DEVICE, requires_grad=needs[1])
+    out = helion_ops.matmul(a, b)
+    saved = out.grad_fn.saved_tensors
+    assert (saved[0] is not None, saved[1] is not None) == (needs[1], needs[0])
+
+    from helion_ops import autograd
+
+    launches = []
+    real = autograd.launch_mm
+    monkeypatch.setattr(autograd, "launch_mm", lambda *args: launches.append(1) or real(*args))
+    out.backward(torch.randn_like(out))
+    assert len(launches) == 1
+    assert (a.grad is not None, b.grad is not None) == needs
+
+
+def test_backward_uses_transposed_views_without_copies(monkeypatch):
+    from helion_ops import autograd
+
+    seen = []
+    real = autograd.launch_mm
+    monkeypatch.setattr(
+        autograd, "launch_mm", lambda x, y, alpha=1.0: seen.append((x, y)) or real(x, y, alpha)
+    )
+    a, b = make((37, 50), torch.float32), make((50, 29), torch.float32)
+    helion_ops.matmul(a, b).sum().backward()
+    (_, bt), (at, _) = seen[1:]  # seen[0] is the forward
+    assert bt.data_ptr() == b.data_ptr() and bt.stride() == (1, 29)
+    assert at.data_ptr() == a.data_ptr() and at.stride() == (1, 50)

@@ -1,0 +1,74 @@
+"""The checks of test_ops must be able to fail: deliberately wrong backwards are caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_ops import check_fwd_bwd, make
+
+from helion_ops import AddMMFunction, MatMulFunction
+
+
+class MissingAlpha(AddMMFunction):
+    @staticmethod
+    def backward(ctx, grad_out):
+        ctx.alpha = 1.0
+        return AddMMFunction.backward(ctx, grad_out)
+
+
+class FirstRowBiasGrad(AddMMFunction):
+    # An unreduced [m, n] grad would be summed down by autograd itself; a bias grad that
+    # keeps one row instead of summing them is the reduction bug that gets through.
+    @staticmethod
+    def backward(ctx, grad_out):
+        grads = AddMMFunction.backward(ctx, grad_out)
+        return (grad_out[0] * ctx.beta, *grads[1:])
+
+
+class MissingBeta(AddMMFunction):
+    @staticmethod
+    def backward(ctx, grad_out):
+        ctx.beta = 1.0
+        return AddMMFunction.backward(ctx, grad_out)
+
+
+class SwappedOperands(MatMulFunction):
+    @staticmethod
+    def backward(ctx, grad_out):
+        g1, g2 = MatMulFunction.backward(ctx, grad_out)
+        return g1, g2.T.reshape(g2.shape)
+
+
+class OneElementOff(MatMulFunction):
+    @staticmethod
+    def backward(ctx, grad_out):
+        g1, g2 = MatMulFunction.backward(ctx, grad_out)
+        g1 = g1.clone()
+        g1[3, 4] += 0.01 * g1.abs().max()
+        return g1, g2
+
+
+@pytest.mark.parametrize(
+    "wrong", [MissingAlpha, MissingBeta, FirstRowBiasGrad], ids=lambda c: c.__name__
+)
+def test_wrong_addmm_backward_fails(wrong):
+    bias, a, b = (
+        make((29,), torch.float32),
+        make((37, 50), torch.float32),
+        make((50, 29), torch.float32),
+    )
+    with pytest.raises(AssertionError, match="grad of"):
+        check_fwd_bwd(
+            lambda *t: wrong.apply(*t, 2.0, 0.5),
+            lambda *t: torch.addmm(*t, alpha=2.0, beta=0.5),
+            [bias, a, b],
+            ["bias", "mat1", "mat2"],
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("wrong", [SwappedOperands, OneElementOff], ids=lambda c: c.__name__)
+def test_wrong_matmul_backward_fails(wrong, dtype):
+    a, b = make((37, 37), dtype), make((37, 37), dtype)
+    with pytest.raises(AssertionError, match="grad of mat"):
+        check_fwd_bwd(wrong.apply, torch.matmul, [a, b], ["mat1", "mat2"])
