@@ -1,10 +1,9 @@
-"""matmul and addmm as autograd Functions whose forward and backward run the one Helion kernel.
+"""The public API: matmul and addmm, differentiable, with torch's semantics.
 
-For ``out = beta * bias + alpha * (mat1 @ mat2)`` and an incoming ``grad_out``:
-``grad_mat1 = alpha * (grad_out @ mat2.T)`` and ``grad_mat2 = alpha * (mat1.T @ grad_out)``,
-both through the forward kernel on transposed views (no copies), alpha fused in its epilogue;
-``grad_bias = beta * grad_out`` summed down to the bias's own shape. Only the gradients in
-``ctx.needs_input_grad`` are computed, and only the operands they need are saved.
+``MatMulFunction`` and ``AddMMFunction`` are autograd Functions built from the same context and
+backward formulas as the custom ops in ``helion_ops.ops``; they are the eager path. Under
+``torch.compile`` the public functions call the custom ops instead, whose registered autograd
+is those same formulas.
 """
 
 from __future__ import annotations
@@ -13,30 +12,8 @@ from typing import Any
 
 import torch
 
+from helion_ops import ops
 from helion_ops.checks import check_addmm_args, check_matmul_args
-from helion_ops.kernel import launch_addmm, launch_mm
-
-
-def matmul_input_grads(
-    needs_input_grad: tuple[bool, bool],
-    grad_out: torch.Tensor,
-    mat1: torch.Tensor | None,
-    mat2: torch.Tensor | None,
-    alpha: float = 1.0,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The gradients of ``alpha * (mat1 @ mat2)`` that are asked for, None for the others."""
-    need_mat1, need_mat2 = needs_input_grad
-    grad_mat1 = launch_mm(grad_out, mat2.T, alpha) if need_mat1 else None
-    grad_mat2 = launch_mm(mat1.T, grad_out, alpha) if need_mat2 else None
-    return grad_mat1, grad_mat2
-
-
-def operands_to_save(
-    needs_input_grad: tuple[bool, bool], mat1: torch.Tensor, mat2: torch.Tensor
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """grad_mat1 needs only mat2, grad_mat2 only mat1."""
-    need_mat1, need_mat2 = needs_input_grad
-    return (mat1 if need_mat2 else None, mat2 if need_mat1 else None)
 
 
 class MatMulFunction(torch.autograd.Function):
@@ -45,13 +22,12 @@ class MatMulFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
         check_matmul_args(mat1, mat2)
-        ctx.save_for_backward(*operands_to_save(ctx.needs_input_grad, mat1, mat2))
-        return launch_mm(mat1, mat2)
+        ops.setup_mm_context(ctx, (mat1, mat2, 1.0), None)
+        return ops.mm(mat1, mat2)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        mat1, mat2 = ctx.saved_tensors
-        return matmul_input_grads(ctx.needs_input_grad, grad_out, mat1, mat2)
+        return ops.mm_backward(ctx, grad_out, mm=ops.mm)[:2]
 
 
 class AddMMFunction(torch.autograd.Function):
@@ -67,25 +43,16 @@ class AddMMFunction(torch.autograd.Function):
         beta: float = 1.0,
     ) -> torch.Tensor:
         check_addmm_args(bias, mat1, mat2, alpha, beta)
-        ctx.save_for_backward(*operands_to_save(ctx.needs_input_grad[1:3], mat1, mat2))
-        ctx.bias_shape = bias.shape
-        ctx.alpha, ctx.beta = alpha, beta
-        return launch_addmm(bias, mat1, mat2, alpha, beta)
+        ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), None)
+        return ops.addmm(bias, mat1, mat2, alpha, beta)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        mat1, mat2 = ctx.saved_tensors
-        grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_bias = grad_out.sum_to_size(ctx.bias_shape) * ctx.beta
-        grad_mat1, grad_mat2 = matmul_input_grads(
-            ctx.needs_input_grad[1:3], grad_out, mat1, mat2, ctx.alpha
-        )
-        return grad_bias, grad_mat1, grad_mat2, None, None
+        return ops.addmm_backward(ctx, grad_out, mm=ops.mm)
 
 
 def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-    """Differentiable ``mat1 @ mat2`` through the Helion kernel.
+    """Differentiable ``mat1 @ mat2`` through the Helion kernel; works under torch.compile.
 
     Args:
         mat1: [m, k] fp16, bf16 or fp32 tensor on a CUDA device.
@@ -94,6 +61,9 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     Returns:
         [m, n] tensor of mat1's dtype.
     """
+    if torch.compiler.is_compiling():
+        check_matmul_args(mat1, mat2)
+        return ops.mm_op(mat1, mat2, 1.0)
     return MatMulFunction.apply(mat1, mat2)
 
 
@@ -111,12 +81,15 @@ def addmm(
         bias: tensor broadcastable to [m, n] ([m, n], [n], [1, n], [m, 1], [1] or 0-d).
         mat1: [m, k] fp16, bf16 or fp32 tensor on a CUDA device.
         mat2: [k, n] tensor of mat1's dtype and device.
-        alpha: scale of the product.
+        alpha: scale of the product; 0 never reads the product, as in BLAS.
         beta: scale of the bias; 0 ignores the bias entirely, NaN included.
 
     Returns:
         [m, n] tensor of mat1's dtype.
     """
+    if torch.compiler.is_compiling():
+        check_addmm_args(bias, mat1, mat2, alpha, beta)
+        return ops.addmm_op(bias, mat1, mat2, float(alpha), float(beta))
     return AddMMFunction.apply(bias, mat1, mat2, alpha, beta)
 
 

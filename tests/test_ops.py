@@ -147,23 +147,23 @@ def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch):
     saved = out.grad_fn.saved_tensors
     assert (saved[0] is not None, saved[1] is not None) == (needs[1], needs[0])
 
-    from helion_ops import autograd
+    from helion_ops import ops
 
     launches = []
-    real = autograd.launch_mm
-    monkeypatch.setattr(autograd, "launch_mm", lambda *args: launches.append(1) or real(*args))
+    real = ops.launch_mm
+    monkeypatch.setattr(ops, "launch_mm", lambda *args: launches.append(1) or real(*args))
     out.backward(torch.randn_like(out))
     assert len(launches) == 1
     assert (a.grad is not None, b.grad is not None) == needs
 
 
 def test_backward_uses_transposed_views_without_copies(monkeypatch):
-    from helion_ops import autograd
+    from helion_ops import ops
 
     seen = []
-    real = autograd.launch_mm
+    real = ops.launch_mm
     monkeypatch.setattr(
-        autograd, "launch_mm", lambda x, y, alpha=1.0: seen.append((x, y)) or real(x, y, alpha)
+        ops, "launch_mm", lambda x, y, alpha=1.0: seen.append((x, y)) or real(x, y, alpha)
     )
     a, b = make((37, 50), torch.float32), make((50, 29), torch.float32)
     helion_ops.matmul(a, b).sum().backward()

@@ -1,0 +1,121 @@
+"""matmul and addmm as torch.library custom ops, and the autograd formulas they share.
+
+``torch.compile`` cannot trace into a Helion kernel call, so under compilation every launch
+goes through the opaque custom ops ``helion_ops::mm`` and ``helion_ops::addmm`` (with fake
+implementations for shape propagation and registered autograd). Eager calls skip the
+custom-op dispatcher, which would add tens of microseconds of host time per call, and run
+the launchers directly: ``mm`` and ``addmm`` below pick the path.
+
+For ``out = beta * bias + alpha * (mat1 @ mat2)`` and an incoming ``grad_out``:
+``grad_mat1 = alpha * (grad_out @ mat2.T)`` and ``grad_mat2 = alpha * (mat1.T @ grad_out)``,
+both through the forward kernel on transposed views (no copies), alpha fused in its epilogue;
+``grad_bias = beta * grad_out`` summed down to the bias's own shape. Only the gradients in
+``ctx.needs_input_grad`` are computed, and only the operands they need are saved. The same
+``setup_*_context`` and ``*_backward`` functions serve the custom ops' registered autograd
+and the autograd Functions of ``helion_ops.autograd``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from helion_ops.kernel import launch_addmm, launch_mm
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    MM = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+
+
+@torch.library.custom_op("helion_ops::mm", mutates_args=())
+def mm_op(mat1: torch.Tensor, mat2: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``alpha * (mat1 @ mat2)`` through the Helion kernel."""
+    return launch_mm(mat1, mat2, alpha)
+
+
+@torch.library.custom_op("helion_ops::addmm", mutates_args=())
+def addmm_op(
+    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
+) -> torch.Tensor:
+    """``beta * bias + alpha * (mat1 @ mat2)`` through the Helion kernel."""
+    return launch_addmm(bias, mat1, mat2, alpha, beta)
+
+
+@mm_op.register_fake
+def _mm_fake(mat1: torch.Tensor, mat2: torch.Tensor, alpha: float) -> torch.Tensor:
+    return mat1.new_empty((mat1.shape[0], mat2.shape[1]))
+
+
+@addmm_op.register_fake
+def _addmm_fake(
+    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
+) -> torch.Tensor:
+    return mat1.new_empty((mat1.shape[0], mat2.shape[1]))
+
+
+def mm(mat1: torch.Tensor, mat2: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """``alpha * (mat1 @ mat2)``: the custom op while compiling, the launcher in eager mode."""
+    if torch.compiler.is_compiling():
+        return mm_op(mat1, mat2, alpha)
+    return launch_mm(mat1, mat2, alpha)
+
+
+def addmm(
+    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
+) -> torch.Tensor:
+    """``beta * bias + alpha * (mat1 @ mat2)``, dispatched like :func:`mm`."""
+    if torch.compiler.is_compiling():
+        return addmm_op(bias, mat1, mat2, alpha, beta)
+    return launch_addmm(bias, mat1, mat2, alpha, beta)
+
+
+def _save_operands(
+    ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor, needs: tuple[bool, bool]
+) -> None:
+    need_mat1, need_mat2 = needs
+    ctx.save_for_backward(mat1 if need_mat2 else None, mat2 if need_mat1 else None)
+
+
+def _operand_grads(
+    ctx: Any, needs: tuple[bool, bool], grad_out: torch.Tensor, mm: MM
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    mat1, mat2 = ctx.saved_tensors
+    need_mat1, need_mat2 = needs
+    grad_mat1 = mm(grad_out, mat2.T, ctx.alpha) if need_mat1 else None
+    grad_mat2 = mm(mat1.T, grad_out, ctx.alpha) if need_mat2 else None
+    return grad_mat1, grad_mat2
+
+
+def setup_mm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:
+    """Autograd context of ``mm(mat1, mat2, alpha)``."""
+    mat1, mat2, alpha = inputs
+    _save_operands(ctx, mat1, mat2, ctx.needs_input_grad[:2])
+    ctx.alpha = alpha
+
+
+def mm_backward(ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op) -> tuple[Any, ...]:
+    """Gradients of ``mm(mat1, mat2, alpha)`` for (mat1, mat2, alpha)."""
+    return (*_operand_grads(ctx, ctx.needs_input_grad[:2], grad_out, mm), None)
+
+
+def setup_addmm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:
+    """Autograd context of ``addmm(bias, mat1, mat2, alpha, beta)``."""
+    bias, mat1, mat2, alpha, beta = inputs
+    _save_operands(ctx, mat1, mat2, ctx.needs_input_grad[1:3])
+    ctx.bias_shape = bias.shape
+    ctx.alpha, ctx.beta = alpha, beta
+
+
+def addmm_backward(ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op) -> tuple[Any, ...]:
+    """Gradients of ``addmm(bias, mat1, mat2, alpha, beta)`` for all five inputs."""
+    grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_bias = grad_out.sum_to_size(ctx.bias_shape) * ctx.beta
+    grad_mat1, grad_mat2 = _operand_grads(ctx, ctx.needs_input_grad[1:3], grad_out, mm)
+    return grad_bias, grad_mat1, grad_mat2, None, None
+
+
+mm_op.register_autograd(mm_backward, setup_context=setup_mm_context)
+addmm_op.register_autograd(addmm_backward, setup_context=setup_addmm_context)

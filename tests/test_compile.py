@@ -1,0 +1,86 @@
+"""helion_ops under torch.compile: custom ops with fake and autograd registrations."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from conftest import DEVICE, HAS_CUDA
+from test_ops import make
+
+import helion_ops
+from helion_ops import MatMulFunction, ops
+
+
+def model(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    hidden = torch.relu(helion_ops.addmm(bias, a, b, alpha=0.5, beta=2.0))
+    return helion_ops.matmul(hidden, c).sum(dim=1)
+
+
+def model_with_functions(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(MatMulFunction.apply(a, b))
+
+
+def inputs() -> list[torch.Tensor]:
+    return [
+        make((29,), torch.float32),
+        make((37, 50), torch.float32),
+        make((50, 29), torch.float32, transposed=True),
+        make((29, 16), torch.float32),
+    ]
+
+
+def assert_same_as_eager(fn, backend: str, args: list[torch.Tensor]) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)
+    eager_out = fn(*args)
+    eager_grads = torch.autograd.grad(eager_out.sum(), args)
+    out = compiled(*args)
+    grads = torch.autograd.grad(out.sum(), args)
+    torch.testing.assert_close(out, eager_out)
+    for name, g, e in zip("abcd", grads, eager_grads, strict=False):
+        torch.testing.assert_close(g, e, msg=lambda m, name=name: f"grad of input {name}: {m}")
+
+
+def test_compile_aot_eager():
+    assert_same_as_eager(model, "aot_eager", inputs())
+    assert_same_as_eager(model_with_functions, "aot_eager", inputs()[1:3])
+
+
+def _inductor_skip_reason() -> str | None:
+    if HAS_CUDA:
+        return None
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        return "inductor on the CPU needs a C++ compiler"
+    return None
+
+
+@pytest.mark.skipif(_inductor_skip_reason() is not None, reason=str(_inductor_skip_reason()))
+def test_compile_inductor():
+    assert_same_as_eager(model, "inductor", inputs())
+
+
+def test_eager_calls_skip_the_custom_op_dispatcher(monkeypatch):
+    def no_dispatch(*args):
+        raise AssertionError("eager call went through the custom op")
+
+    monkeypatch.setattr(ops, "mm_op", no_dispatch)
+    a, b = inputs()[1:3]
+    helion_ops.matmul(a, b).sum().backward()
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_mm(requires_grad):
+    a = torch.randn(37, 50, device=DEVICE, requires_grad=requires_grad)
+    b = torch.randn(29, 50, device=DEVICE, requires_grad=requires_grad).T
+    torch.library.opcheck(ops.mm_op, (a, b, 1.5))
+
+
+@pytest.mark.parametrize("bias_shape", [(37, 29), (29,), ()], ids=str)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_addmm(bias_shape, requires_grad):
+    bias = torch.randn(bias_shape, device=DEVICE, requires_grad=requires_grad)
+    a = torch.randn(37, 50, device=DEVICE, requires_grad=requires_grad)
+    b = torch.randn(50, 29, device=DEVICE, requires_grad=requires_grad)
+    torch.library.opcheck(ops.addmm_op, (bias, a, b, 0.5, 2.0))
