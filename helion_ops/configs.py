@@ -7,7 +7,7 @@ transposed operand gets its own entry. The answer, in order:
 1. ``HELION_OPS_AUTOTUNE=1``: Helion's own autotuner (effort from ``HELION_AUTOTUNE_EFFORT``,
    e.g. ``quick``), cached on disk by Helion.
 2. On a GPU, the tuned table for its architecture (``tuned/sm90.json``) when it holds the
-   exact (M, N, K, dtype, layout).
+   exact (M, N, K, dtype, layout); fp16 falls back to the bf16 entry of the same key.
 3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper).
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64: the
    interpreter is slow with small blocks and cannot run persistent kernels.
@@ -83,7 +83,9 @@ def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -
     m, n, k, _, _ = key = config_key(a, b)
     if a.device.type != "cuda":
         return interpreter_config(m, n, k)
-    config = tuned_table(gpu_arch(a.device)).get(key)
+    table = tuned_table(gpu_arch(a.device))
+    # fp16 and bf16 share tile shapes and speeds: an fp16 key may use the bf16 entry.
+    config = table.get(key) or table.get((*key[:3], "bfloat16", key[4]))
     if config is not None:
         return config
     return bound_kernel.config_spec.default_config()

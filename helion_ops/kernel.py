@@ -118,10 +118,15 @@ def launch_addmm(
 
     kernel = _kernel_for(a.dtype)
     if bias is None:
-        return kernel(a, b, lambda acc, tile: alpha * acc)
-    bias_mn = bias.expand(m, n)
-    return kernel(
-        a,
-        b,
-        lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32),
-    )
+        return kernel(a, b, scaled(alpha))
+    return kernel(a, b, scaled_plus_bias(alpha, beta, bias.expand(m, n)))
+
+
+def scaled(alpha: float) -> Epilogue:
+    """The epilogue ``alpha * acc``."""
+    return lambda acc, tile: alpha * acc
+
+
+def scaled_plus_bias(alpha: float, beta: float, bias_mn: torch.Tensor) -> Epilogue:
+    """The epilogue ``alpha * acc + beta * bias`` for a bias expanded to the output's shape."""
+    return lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32)
