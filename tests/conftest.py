@@ -18,7 +18,7 @@ if not HAS_CUDA:
 
 from helion.runtime.settings import RefMode  # noqa: E402
 
-from helion_ops.kernel import KERNELS  # noqa: E402
+from helion_ops import kernel  # noqa: E402
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -62,9 +62,9 @@ def _register_cpu_mm_dtype() -> None:
 
 
 def _set_ref_mode(mode: RefMode) -> None:
-    for kernel in KERNELS:
-        kernel.settings.ref_mode = mode
-        kernel.reset()
+    for k in kernel.KERNELS:
+        k.settings.ref_mode = mode
+    kernel.reset()
 
 
 @pytest.fixture
