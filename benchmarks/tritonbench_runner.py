@@ -1,0 +1,113 @@
+"""Calling tritonbench in-process, through whichever entry point the installed version has.
+
+In-process, so the helion backends registered by ``helion_ops.tritonbench_plugin.register``
+are there: a tritonbench subprocess would not have them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+INSTALL_COMMAND = (
+    "git clone https://github.com/meta-pytorch/tritonbench && cd tritonbench && "
+    "git checkout 66b557c && git submodule update --init submodules/generative-recommenders && "
+    "pip install -e ."
+)
+
+
+def tritonbench_import_error() -> str | None:
+    """None when tritonbench imports, else a message saying how to install it."""
+    try:
+        import tritonbench  # noqa: F401
+    except ImportError as err:
+        return f"tritonbench is not importable ({err}). Install it with:\n  {INSTALL_COMMAND}"
+    return None
+
+
+@functools.cache
+def entry_point() -> Callable[[list[str]], object]:
+    """tritonbench's run-a-command-line function, found by what this install offers.
+
+    Returns:
+        NEW's ``tritonbench.utils.run_utils.tritonbench_run`` when it takes an argv list,
+        else OLD's ``run`` from ``run.py`` at the root of the tritonbench clone.
+    """
+    try:
+        from tritonbench.utils.run_utils import tritonbench_run
+    except ImportError:
+        tritonbench_run = None
+    if tritonbench_run is not None and _takes_argv_list(tritonbench_run):
+        return tritonbench_run
+
+    import tritonbench
+
+    run_py = Path(tritonbench.__file__).resolve().parent.parent / "run.py"
+    if not run_py.is_file():
+        raise RuntimeError(
+            f"tritonbench at {run_py.parent} has neither run_utils.tritonbench_run(argv) "
+            f"nor {run_py.name}"
+        )
+    spec = importlib.util.spec_from_file_location("_tritonbench_run_py", run_py)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.run
+
+
+def _takes_argv_list(fn: Callable[..., object]) -> bool:
+    # Some versions have tritonbench_run(args: Namespace, extra_args) instead.
+    try:
+        inspect.signature(fn).bind(["--op", "gemm"])
+    except TypeError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _as_sys_argv(argv: Sequence[str]) -> Iterator[None]:
+    # tritonbench re-parses sys.argv while building its parser; ours (--ci, --shard) would
+    # be taken for its own flags there and abort the run.
+    saved = sys.argv
+    sys.argv = ["tritonbench", *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def run_tritonbench(argv: Sequence[str]) -> None:
+    """Run one tritonbench command line in this process.
+
+    Args:
+        argv: tritonbench arguments for one op, e.g. ["--op", "gemm", "--output", "x.csv"].
+    """
+    run = entry_point()
+    with _as_sys_argv(argv):
+        run(list(argv))
+
+
+def count_inputs(argv: Sequence[str]) -> int:
+    """How many inputs tritonbench would run for a command line (its shapes flags included).
+
+    Args:
+        argv: tritonbench arguments for one op.
+
+    Returns:
+        The number of example inputs the operator yields.
+    """
+    from tritonbench.operators import load_opbench_by_name
+    from tritonbench.utils.parser import get_parser
+
+    with _as_sys_argv(argv):
+        args, extra_args = get_parser().parse_known_args(list(argv))
+        operator = load_opbench_by_name(args.op)(tb_args=args, extra_args=extra_args)
+    return sum(1 for _ in operator.get_input_iter())
