@@ -1,0 +1,377 @@
+"""The tritonbench plugin: registration, OLD-tritonbench backward support, end-to-end accuracy.
+
+The unit tests run without tritonbench (a fake module stands in for it where needed); the
+end-to-end ones run the real harness on tiny shapes (the CPU interpreter without a GPU) and
+are skipped when tritonbench is not importable.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DEVICE
+
+import helion_ops
+from benchmarks.main import main
+from benchmarks.results import parse_tritonbench_csv
+from benchmarks.suite import BACKENDS
+from benchmarks.tritonbench_runner import run_tritonbench
+from helion_ops import AddMMFunction, MatMulFunction, tritonbench_bwd, tritonbench_plugin
+
+HAS_TRITONBENCH = importlib.util.find_spec("tritonbench") is not None
+needs_tritonbench = pytest.mark.skipif(not HAS_TRITONBENCH, reason="tritonbench not installed")
+
+
+class Mode(enum.Enum):
+    FWD = "fwd"
+    BWD = "bwd"
+    FWD_BWD = "fwd_bwd"
+
+
+class FakeBenchmarkOperator:
+    """The parts of OLD tritonbench's BenchmarkOperator that the backward support touches."""
+
+    mode = Mode.BWD
+    requires_grad = True
+    example_inputs: tuple = ()
+
+    def get_input_iter(self):
+        a = torch.randn(6, 4)
+        w = torch.randn(5, 4).T  # column-major, as gemm's default layout makes it
+        yield a, w, None, 3
+
+    def get_bwd_fn(self, fwd_fn):
+        raise NotImplementedError("Each operator must implement its own backward function.")
+
+    def accuracy(self, fn, baseline_fn):
+        return "original accuracy"
+
+    @classmethod
+    def has_bwd(cls) -> bool:
+        return cls.get_bwd_fn is not FakeBenchmarkOperator.get_bwd_fn
+
+
+@pytest.fixture
+def fake_operator() -> type:
+    class Operator(FakeBenchmarkOperator):
+        pass
+
+    assert tritonbench_bwd.add_backward_support(Operator)
+    return Operator
+
+
+# --- OLD-tritonbench backward support ---------------------------------------------------------
+
+
+def test_backward_support_installs_once_and_only_where_missing():
+    class Operator(FakeBenchmarkOperator):
+        pass
+
+    class HasOwnBackward(FakeBenchmarkOperator):
+        def get_bwd_fn(self, fwd_fn):
+            return fwd_fn
+
+    assert tritonbench_bwd.add_backward_support(Operator)
+    assert Operator.has_bwd()
+    iter_after_first = Operator.get_input_iter
+    assert not tritonbench_bwd.add_backward_support(Operator)
+    assert Operator.get_input_iter is iter_after_first
+    assert not tritonbench_bwd.add_backward_support(HasOwnBackward)
+    assert "accuracy" not in vars(HasOwnBackward)
+
+
+def test_inputs_become_grad_leaves_keeping_layout(fake_operator):
+    a, w, bias, scalar = next(fake_operator().get_input_iter())
+    for t in (a, w):
+        assert t.is_leaf and t.requires_grad
+    assert w.stride() == (1, 4)
+    assert bias is None and scalar == 3
+
+
+def test_inputs_untouched_without_grad(fake_operator):
+    op = fake_operator()
+    op.requires_grad = False
+    a, w, _, _ = next(op.get_input_iter())
+    assert not a.requires_grad and not w.requires_grad
+
+
+def _matmul_case(op):
+    a, w, bias, _ = next(op.get_input_iter())
+    op.example_inputs = (a, w, bias)
+    return a, w
+
+
+def test_bwd_fn_runs_the_backward_with_a_fixed_dy(fake_operator):
+    op = fake_operator()
+    a, w = _matmul_case(op)
+    bwd_fn = op.get_bwd_fn(lambda: a @ w)
+    torch.manual_seed(0)
+    dy = 0.1 * torch.randn(6, 5)
+    for _ in range(2):  # the grads are reset each call, never accumulated
+        inputs = bwd_fn()
+        assert inputs == [a, w]
+        torch.testing.assert_close(a.grad, dy @ w.T)
+        torch.testing.assert_close(w.grad, a.T @ dy)
+
+
+def test_bwd_fn_of_a_backend_without_autograd_is_not_supported(fake_operator):
+    op = fake_operator()
+    a, w = _matmul_case(op)
+    with pytest.raises(NotImplementedError):
+        op.get_bwd_fn(lambda: (a @ w).detach())
+
+
+@pytest.mark.parametrize("mode", [Mode.BWD, Mode.FWD_BWD])
+def test_accuracy_compares_every_input_grad(fake_operator, mode):
+    op = fake_operator()
+    op.mode = mode
+    a, w = _matmul_case(op)
+
+    def as_benchmarked(fwd_fn):
+        bwd_fn = op.get_bwd_fn(fwd_fn)
+        return bwd_fn if mode is Mode.BWD else lambda: (fwd_fn(), bwd_fn())
+
+    baseline = as_benchmarked(lambda: a @ w)
+    same = as_benchmarked(lambda: torch.mm(a, w))
+    wrong_w_grad = as_benchmarked(lambda: a @ (w * 1.5 - w.detach() * 0.5))
+    assert op.accuracy(same, baseline) is True
+    assert op.accuracy(wrong_w_grad, baseline) is False
+
+
+def test_accuracy_compares_the_forward_in_fwd_bwd(fake_operator):
+    op = fake_operator()
+    op.mode = Mode.FWD_BWD
+    a, w = _matmul_case(op)
+
+    def fwd_bwd(fwd_fn):
+        bwd_fn = op.get_bwd_fn(fwd_fn)
+        return lambda: (fwd_fn(), bwd_fn())
+
+    shifted_output = fwd_bwd(lambda: a @ w + 1.0)  # same gradients, another output
+    assert op.accuracy(shifted_output, fwd_bwd(lambda: a @ w)) is False
+
+
+def test_accuracy_in_fwd_mode_is_the_original(fake_operator):
+    op = fake_operator()
+    op.mode = Mode.FWD
+    assert op.accuracy(lambda: 1, lambda: 2) == "original accuracy"
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "match"),
+    [
+        ([torch.ones(2)], [torch.ones(2), torch.ones(2)], "1 gradients, the baseline has 2"),
+        ([None, torch.ones(2)], [torch.ones(2), torch.ones(2)], "differ from the baseline"),
+        ([None, None], [None, None], "no input received a gradient"),
+        ([torch.ones(2), torch.ones(2)], [torch.ones(2), torch.zeros(2)], "grad of input 1"),
+    ],
+    ids=["count", "none-pattern", "all-none", "values"],
+)
+def test_assert_grads_close_failures(actual, expected, match):
+    with pytest.raises(AssertionError, match=match):
+        tritonbench_bwd.assert_grads_close(actual, expected)
+
+
+# --- registration -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_tritonbench(monkeypatch):
+    """A minimal tritonbench: gemm's Operator class and a recording register_benchmark; its
+    addmm operator fails to import, as without the generative-recommenders submodule."""
+    calls = []
+
+    def register_benchmark(
+        operator_name=None, func_name=None, baseline=False, enabled=True, fwd_only=False, label=None
+    ):
+        def decorator(function):
+            calls.append((operator_name, func_name, label, baseline))
+
+            def _inner(self, *args, **kwargs):
+                return function(self, *args, **kwargs)
+
+            return _inner
+
+        return decorator
+
+    class Operator(FakeBenchmarkOperator):
+        pass
+
+    modules = {
+        name: types.ModuleType(name)
+        for name in (
+            "tritonbench",
+            "tritonbench.utils",
+            "tritonbench.utils.triton_op",
+            "tritonbench.operators",
+            "tritonbench.operators.gemm",
+            "tritonbench.operators.gemm.operator",
+        )
+    }
+    modules["tritonbench.utils.triton_op"].register_benchmark = register_benchmark
+    modules["tritonbench.operators.gemm.operator"].Operator = Operator
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "tritonbench.operators.addmm", None)
+    monkeypatch.setitem(sys.modules, "tritonbench.operators.addmm.operator", None)
+    tritonbench_plugin._operator_class.cache_clear()
+    yield types.SimpleNamespace(calls=calls, gemm=Operator)
+    tritonbench_plugin._operator_class.cache_clear()
+
+
+def test_register_attaches_gemm_and_warns_about_addmm(fake_tritonbench):
+    with pytest.warns(RuntimeWarning, match="'addmm' failed to import.*generative-recommenders"):
+        assert tritonbench_plugin.register() == ["gemm"]
+    name = "helion_matmul_tritonbench"
+    assert fake_tritonbench.calls == [("gemm", name, name, False)]
+    assert callable(vars(fake_tritonbench.gemm)[name])
+    assert fake_tritonbench.gemm.has_bwd()
+
+
+def test_register_is_idempotent(fake_tritonbench):
+    with pytest.warns(RuntimeWarning):
+        tritonbench_plugin.register()
+    attached = vars(fake_tritonbench.gemm)["helion_matmul_tritonbench"]
+    bwd_fn = fake_tritonbench.gemm.get_bwd_fn
+    assert tritonbench_plugin.register() == ["gemm"]  # no second warning, no second import
+    assert len(fake_tritonbench.calls) == 1
+    assert vars(fake_tritonbench.gemm)["helion_matmul_tritonbench"] is attached
+    assert fake_tritonbench.gemm.get_bwd_fn is bwd_fn
+
+
+def test_suite_names_the_plugin_backends():
+    assert {op: b.helion for op, b in BACKENDS.items()} == {
+        op: variant.__name__ for op, variant in tritonbench_plugin.BACKENDS.items()
+    }
+
+
+def test_plugin_imports_no_tritonbench(monkeypatch):
+    name = "helion_ops.tritonbench_plugin"
+    monkeypatch.setattr(helion_ops, "tritonbench_plugin", sys.modules[name])
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tritonbench", None)  # any tritonbench import now fails
+    assert callable(importlib.import_module(name).register)
+
+
+def test_variant_returns_a_warmed_up_lambda_and_clears_grads():
+    a = torch.randn(64, 32, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    b = torch.randn(32, 48, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    bias = torch.randn(48, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    fn = tritonbench_plugin.helion_matmul_tritonbench(None, a, b, bias)
+    assert a.grad is None and b.grad is None and bias.grad is None
+    torch.testing.assert_close(fn(), torch.addmm(bias, a, b))
+
+
+# --- the real tritonbench, end to end -----------------------------------------------------------
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    """The real tritonbench with the helion backends registered."""
+    # Every tritonbench Operator replaces torch.manual_seed with a fixed-seed version:
+    # put the real one back afterwards for the other tests.
+    monkeypatch.setattr(torch, "manual_seed", torch.manual_seed)
+    assert "gemm" in tritonbench_plugin.register()
+
+
+def accuracy_scores(op: str, mode: str, tmp_path: Path) -> dict[str, float]:
+    """Run aten and helion on one tiny shape through tritonbench; accuracy by backend."""
+    b = BACKENDS[op]
+    csv_path = tmp_path / f"{op}_{mode}.csv"
+    argv = [
+        "--op", op, "--mode", mode, "--device", DEVICE, "--metrics", "accuracy",
+        "--only", f"{b.baseline},{b.helion}", "--m", "64", "--n", "48", "--k", "32",
+        "--output", str(csv_path),
+    ]  # fmt: skip
+    if op == "gemm":
+        argv += ["--layout", "tt"]
+    run_tritonbench(argv)
+    _, rows = parse_tritonbench_csv(csv_path.read_text())
+    return {row.backend: row.metrics.get("accuracy") for row in rows if "accuracy" in row.metrics}
+
+
+@needs_tritonbench
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
+@pytest.mark.parametrize("op", ["gemm", "addmm"])
+def test_helion_scores_accuracy_one(harness, tmp_path, op, mode):
+    if op not in tritonbench_plugin.register():
+        pytest.skip("tritonbench's addmm does not import (generative-recommenders submodule)")
+    assert accuracy_scores(op, mode, tmp_path) == {BACKENDS[op].helion: 1.0}
+
+
+def _doubled_grad(function: type, index: int):
+    original = function.backward
+
+    def backward(ctx, grad_out):
+        grads = list(original(ctx, grad_out))
+        grads[index] = grads[index] * 2
+        return tuple(grads)
+
+    return staticmethod(backward)
+
+
+@needs_tritonbench
+@pytest.mark.parametrize(
+    ("op", "function", "index"),
+    [("gemm", MatMulFunction, 0), ("addmm", AddMMFunction, 0)],
+    ids=["gemm-grad-of-a", "addmm-grad-of-bias"],
+)
+def test_wrong_gradient_scores_zero(harness, tmp_path, monkeypatch, op, function, index):
+    if op not in tritonbench_plugin.register():
+        pytest.skip("tritonbench's addmm does not import (generative-recommenders submodule)")
+    monkeypatch.setattr(function, "backward", _doubled_grad(function, index))
+    assert accuracy_scores(op, "bwd", tmp_path) == {BACKENDS[op].helion: 0.0}
+
+
+def bench_argv(mode: str, tmp_path: Path, *extra: str, ops: str = "gemm") -> list[str]:
+    """run_bench flags for gemm on one tiny shape; on the CPU its defaults are exactly that."""
+    argv = ["--op", ops, "--mode", mode, "--metrics", "accuracy", "--ci", *extra]
+    argv += ["--output-dir", str(tmp_path)]
+    if DEVICE == "cuda":
+        argv += ["--only", "aten_matmul,helion_matmul_tritonbench", "--m", "64", "--n", "48"]
+        argv += ["--k", "32"]
+    return argv
+
+
+@needs_tritonbench
+def test_run_bench_writes_stamped_files(harness, tmp_path):
+    assert main(bench_argv("bwd", tmp_path)) == 0
+    document = json.loads((tmp_path / "gemm_bwd.json").read_text())
+    assert document["meta"]["mode"] == "bwd"
+    assert "--layout tt" in document["meta"]["tritonbench_args"]
+    # The baseline has no accuracy column, hence no row when accuracy is the only metric.
+    assert [(r["backend"], r["accuracy"]) for r in document["rows"]] == [
+        ("helion_matmul_tritonbench", 1.0)
+    ]
+    assert (tmp_path / "gemm_bwd.csv").read_text().startswith("# gpu: ")
+
+
+@needs_tritonbench
+def test_run_bench_ci_fails_on_a_wrong_gradient(harness, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(MatMulFunction, "backward", _doubled_grad(MatMulFunction, 1))
+    assert main(bench_argv("bwd", tmp_path)) == 1
+    assert "helion_matmul_tritonbench accuracy 0.0" in capsys.readouterr().err
+
+
+@needs_tritonbench
+def test_run_bench_shard_without_inputs_is_skipped(harness, tmp_path):
+    # One input: shard 1 of 2 has none, which is no failure.
+    assert main(bench_argv("fwd", tmp_path, "--shard", "1/2")) == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_tritonbench
+def test_run_bench_goes_on_after_a_failing_op(harness, tmp_path, capsys):
+    assert main(bench_argv("fwd", tmp_path, ops="nosuchop,gemm")) == 1
+    summary = capsys.readouterr().out
+    assert "nosuchop is not found" in summary
+    assert (tmp_path / "gemm_fwd.json").exists()
+    document = json.loads((tmp_path / "nosuchop_fwd.json").read_text())
+    assert "nosuchop is not found" in document["error"]
