@@ -9,8 +9,9 @@ transposed operand gets its own entry. The answer, in order:
 2. On a GPU, the tuned table for its architecture (``tuned/sm90.json``) when it holds the
    exact (M, N, K, dtype, layout); fp16 falls back to the bf16 entry of the same key.
 3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper).
-4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64: the
-   interpreter is slow with small blocks and cannot run persistent kernels.
+4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
+   for the split-K kernel): the interpreter is slow with small blocks and cannot run
+   persistent kernels.
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -
     """The config for ``a @ b`` without any search (rules 2 to 4 above)."""
     m, n, k, _, _ = key = config_key(a, b)
     if a.device.type != "cuda":
-        return interpreter_config(m, n, k)
+        config = interpreter_config(m, n, k)
+        if "split_k" in bound_kernel.config_spec.user_defined_tunables:
+            config.config["split_k"] = 4
+        return config
     table = tuned_table(gpu_arch(a.device))
     # fp16 and bf16 share tile shapes and speeds: an fp16 key may use the bf16 entry.
     config = table.get(key) or table.get((*key[:3], "bfloat16", key[4]))

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import helion
 import helion.language as hl
 import torch
+from helion.autotuner import PowerOfTwoFragment
 from helion.runtime.settings import RefMode
 
 from helion_ops.configs import select_config
@@ -49,9 +50,23 @@ def _matmul(
     return out
 
 
-def _make_kernel(dot_precision: str) -> helion.Kernel:
+def _matmul_split_k(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    m, k = x.size()
+    _, n = y.size()
+    out = torch.zeros([m, n], dtype=torch.float32, device=x.device)
+    split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 16))
+    k_block = helion.next_power_of_2(helion.cdiv(k, split_k))
+    for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_block]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for inner_k in hl.tile(outer_k.begin, outer_k.end):
+            acc = torch.addmm(acc, x[tile_m, inner_k], y[inner_k, tile_n])
+        hl.atomic_add(out, [tile_m, tile_n], acc)
+    return out
+
+
+def _make_kernel(body: Callable[..., torch.Tensor], dot_precision: str) -> helion.Kernel:
     return helion.kernel(
-        _matmul,
+        body,
         static_shapes=True,
         dot_precision=dot_precision,
         autotuner_fn=select_config,
@@ -60,9 +75,15 @@ def _make_kernel(dot_precision: str) -> helion.Kernel:
 
 # fp32 inputs follow torch's TF32 switch (torch.backends.cuda.matmul.allow_tf32), like
 # torch.mm does; fp16 and bf16 are unaffected by it.
-matmul_kernel = _make_kernel("ieee")
-matmul_kernel_tf32 = _make_kernel("tf32")
-KERNELS = (matmul_kernel, matmul_kernel_tf32)
+matmul_kernel = _make_kernel(_matmul, "ieee")
+matmul_kernel_tf32 = _make_kernel(_matmul, "tf32")
+# A product with few output tiles and a long K (the backward's a.T @ grad_out when M is
+# large) leaves most SMs idle in one pass over K: this variant splits K across programs and
+# adds the partial tiles into an fp32 output with atomics (summation order, hence the last
+# bits, vary from run to run).
+split_k_kernel = _make_kernel(_matmul_split_k, "ieee")
+split_k_kernel_tf32 = _make_kernel(_matmul_split_k, "tf32")
+KERNELS = (matmul_kernel, matmul_kernel_tf32, split_k_kernel, split_k_kernel_tf32)
 
 
 _compiled: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
@@ -79,16 +100,16 @@ def _run(
     kernel: helion.Kernel,
     x: torch.Tensor,
     y: torch.Tensor,
-    epilogue: Epilogue,
+    epilogue: Epilogue | None,
     captured: tuple[torch.Tensor, ...] = (),
 ) -> torch.Tensor:
-    args = (x, y, epilogue)
+    args = (x, y) if epilogue is None else (x, y, epilogue)
     if kernel.settings.ref_mode is not RefMode.OFF:
         return kernel(*args)
     layouts = [
         (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16) for t in (x, y, *captured)
     ]
-    key = (kernel, epilogue.__code__, *layouts)
+    key = (kernel, epilogue and epilogue.__code__, *layouts)
     compiled = _compiled.get(key)
     if compiled is None:
         bound = kernel.bind(args)
@@ -97,10 +118,16 @@ def _run(
     return compiled(*args)
 
 
-def _kernel_for(dtype: torch.dtype) -> helion.Kernel:
-    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
-        return matmul_kernel_tf32
-    return matmul_kernel
+def _kernel_for(dtype: torch.dtype, split_k: bool = False) -> helion.Kernel:
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    if split_k:
+        return split_k_kernel_tf32 if tf32 else split_k_kernel
+    return matmul_kernel_tf32 if tf32 else matmul_kernel
+
+
+def wants_split_k(m: int, n: int, k: int) -> bool:
+    """Few output tiles and a long K: at most 1024 tiles of 64x64 and K at least 8x M and N."""
+    return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
 
 
 def launch_mm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
@@ -155,6 +182,12 @@ def launch_addmm(
         # second row of a costs nothing and keeps every other shape on the direct path.
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1]
 
+    # Helion's ref mode (eager PyTorch, for tests) runs without a config, and split_k is one.
+    if wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF:
+        out = _run(_kernel_for(a.dtype, split_k=True), a, b, None)
+        if bias is None:
+            return out.mul_(alpha).to(a.dtype)
+        return torch.add(out, bias.float(), alpha=beta, out=out.mul_(alpha)).to(a.dtype)
     kernel = _kernel_for(a.dtype)
     if bias is None:
         return _run(kernel, a, b, scaled(alpha))

@@ -10,7 +10,13 @@ import torch
 from conftest import DEVICE, HAS_CUDA
 
 from helion_ops import configs
-from helion_ops.kernel import _kernel_for, matmul_kernel, matmul_kernel_tf32
+from helion_ops.kernel import (
+    _kernel_for,
+    matmul_kernel,
+    matmul_kernel_tf32,
+    split_k_kernel,
+    wants_split_k,
+)
 
 
 def bound_for(a: torch.Tensor, b: torch.Tensor, kernel=matmul_kernel):
@@ -83,3 +89,26 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         configs.interpreter_config(64, 64, 64)
     )
     assert "input_precision='tf32'" in code
+
+
+@pytest.mark.parametrize(
+    "m,n,k,split",
+    [
+        (1536, 512, 20120, True),
+        (512, 512, 1000000, True),
+        (1024, 1024, 4096, False),
+        (20120, 512, 1536, False),
+        (4096, 4096, 4096, False),
+    ],
+)
+def test_split_k_rule(m, n, k, split):
+    assert wants_split_k(m, n, k) is split
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
+def test_split_k_kernel_adds_partial_tiles_atomically():
+    a, b = torch.randn(32, 512), torch.randn(512, 16)
+    bound = split_k_kernel.bind((a, b))
+    config = configs.choose_config(bound, a, b)
+    assert config.config["split_k"] == 4
+    assert "tl.atomic_add(" in bound.to_triton_code(config)

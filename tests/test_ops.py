@@ -43,7 +43,11 @@ def check_fwd_bwd(ours_fn, torch_fn, inputs: list[torch.Tensor], names: list[str
 
 
 @dtypes
-@pytest.mark.parametrize("m,k,n", [(128, 256, 128), (37, 50, 29), (1, 1, 1), (65, 130, 17)])
+# (600, 24, 16) sends the backward's mat1.T @ grad_out, and (24, 600, 16) the forward, to
+# the split-K kernel.
+@pytest.mark.parametrize(
+    "m,k,n", [(128, 256, 128), (37, 50, 29), (1, 1, 1), (65, 130, 17), (600, 24, 16), (24, 600, 16)]
+)
 def test_matmul_bwd(dtype_mode, m, k, n):
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
     check_fwd_bwd(helion_ops.matmul_autograd, torch.matmul, [a, b], ["mat1", "mat2"])
@@ -64,6 +68,25 @@ def test_addmm_bwd(dtype_mode, alpha, beta):
 
 
 BIAS_SHAPES = [(37, 29), (29,), (1, 29), (37, 1), (1,), ()]
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("bias_shape", [(24, 16), (16,), ()], ids=str)
+def test_addmm_split_k(dtype_mode, bias_shape):
+    from helion_ops.kernel import wants_split_k
+
+    assert wants_split_k(24, 16, 600)
+    bias, a, b = (
+        make(bias_shape, dtype_mode),
+        make((24, 600), dtype_mode),
+        make((600, 16), dtype_mode),
+    )
+    check_fwd_bwd(
+        lambda *t: helion_ops.addmm(*t, alpha=1.5, beta=-0.5),
+        lambda *t: torch.addmm(*t, alpha=1.5, beta=-0.5),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
 
 
 @dtypes
