@@ -1,0 +1,214 @@
+"""Regenerate the tuned config table on a GPU: ``python -m helion_ops.tune``.
+
+For every shape of the standard set it times (with the split-K kernel where the launchers use
+it), for the three matmuls of a forward and backward
+(``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a short list of candidate configs plus
+Helion's own heuristic default against ``torch.mm`` on the same operands, and keeps the
+fastest. With ``--autotune`` it also runs Helion's autotuner (effort from
+``HELION_AUTOTUNE_EFFORT``) and adds its winner to the candidates. Results are written after
+every key, with the GPU, versions and date, so a run cut short resumes where it stopped
+(``--force`` re-measures keys already in the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import sys
+import time
+from pathlib import Path
+
+import helion
+import torch
+import triton
+
+from helion_ops import configs
+from helion_ops.kernel import _kernel_for, scaled, wants_split_k
+
+# (M, N, K) of the gemm and addmm targets; addmm's are tritonbench's first 8 default shapes
+# (its (M, K, N) reordered) and two squares.
+GEMM_SHAPES = [
+    *[(s, s, s) for s in (256, 512, 1024, 2048, 4096)],
+    *[(8192, 8192, k) for k in (1024, 2048, 4096, 8192, 16384)],
+    (4096, 1024, 1024),
+    (12288, 2048, 2048),
+    (1024, 4096, 1024),
+    (2048, 12288, 2048),
+    (1000000, 512, 512),
+    (1000000, 768, 256),
+]
+ADDMM_SHAPES = [
+    (m, 512, 1536) for m in (20120, 34579, 34839, 35561, 35916, 19735, 34533, 35791)
+] + [(1024, 1024, 1024), (8192, 8192, 8192)]
+
+
+def _config(bm: int, bn: int, bk: int, warps: int, stages: int, pid: str) -> helion.Config:
+    return helion.Config(
+        block_sizes=[bm, bn, bk],
+        num_warps=warps,
+        num_stages=stages,
+        pid_type=pid,
+        l2_groupings=[8],
+        indexing="tensor_descriptor",
+        range_unroll_factors=[0, 0],
+        range_num_stages=[0, 0],
+    )
+
+
+CANDIDATES = [
+    _config(128, 256, 64, 8, 3, "persistent_interleaved"),
+    _config(128, 256, 64, 8, 4, "flat"),
+    _config(256, 128, 64, 8, 3, "persistent_interleaved"),
+    _config(128, 128, 64, 4, 4, "persistent_interleaved"),
+    _config(128, 128, 64, 8, 4, "flat"),
+    _config(64, 128, 64, 4, 4, "flat"),
+    _config(64, 64, 128, 4, 3, "flat"),
+]
+
+
+def _split_config(bm: int, bn: int, bk: int, split_k: int, stages: int) -> helion.Config:
+    return helion.Config(
+        block_sizes=[bm, bn, bk],
+        num_warps=4,
+        num_stages=stages,
+        split_k=split_k,
+        range_unroll_factors=[0, 0],
+        range_num_stages=[0, 0],
+    )
+
+
+# For the split-K kernel (shapes where ``wants_split_k``): small tiles, K cut in 8 to 64.
+SPLIT_CANDIDATES = [
+    _split_config(bm, bn, 64, split_k, 4)
+    for bm, bn in ((64, 64), (128, 64), (128, 128))
+    for split_k in (8, 16, 32, 64)
+]
+
+
+def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], str]]:
+    """The (name, (M, N, K), layout) of the three matmuls in a forward and backward."""
+    return [
+        ("a@b", (m, n, k), "rr"),
+        ("g@b.T", (m, k, n), "rc"),
+        ("a.T@g", (k, n, m), "cr"),
+    ]
+
+
+def operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype):
+    def make(rows: int, cols: int, col_major: bool) -> torch.Tensor:
+        if col_major:
+            return torch.randn(cols, rows, device="cuda", dtype=dtype).T
+        return torch.randn(rows, cols, device="cuda", dtype=dtype)
+
+    return make(m, k, layout[0] == "c"), make(k, n, layout[1] == "c")
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def tune_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: bool) -> dict:
+    """Time every candidate on one key; return the table entry of the fastest."""
+    a, b = operands(m, n, k, layout, dtype)
+    split_k = wants_split_k(m, n, k)
+    args = (a, b) if split_k else (a, b, scaled(1.0))
+    bound = _kernel_for(dtype, split_k).bind(args)
+    candidates = [
+        bound.config_spec.default_config(),
+        *(SPLIT_CANDIDATES if split_k else CANDIDATES),
+    ]
+    if autotune:
+        candidates.append(bound.autotune(args, force=True))
+    aten_ms = bench(lambda: torch.mm(a, b))
+    timings = []
+    for config in candidates:
+        try:
+            run = bound.compile_config(config)
+            run(*args)
+            timings.append((bench(lambda run=run: run(*args)), config))
+        except Exception as error:  # a config the shape cannot take: skip it, say so
+            print(f"    skipped {dict(config)}: {type(error).__name__}: {error}"[:200])
+    best_ms, best = min(timings, key=lambda t: t[0])
+    return {
+        "m": m,
+        "n": n,
+        "k": k,
+        "dtype": str(dtype).removeprefix("torch."),
+        "layout": layout,
+        "config": dict(best),
+        "ms": round(best_ms, 5),
+        "aten_ms": round(aten_ms, 5),
+        "speedup_vs_aten": round(aten_ms / best_ms, 3),
+        "default_ms": round(timings[0][0], 5) if timings[0][1] is candidates[0] else None,
+        "measured_on": torch.cuda.get_device_name(),
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--output", type=Path, help="table to write (default: the shipped one)")
+    parser.add_argument("--only", choices=["gemm", "addmm"], help="one shape set only")
+    parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
+    parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
+    parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("helion_ops.tune needs a CUDA GPU", file=sys.stderr)
+        return 2
+
+    arch = configs.gpu_arch(torch.device("cuda"))
+    output = args.output or Path(configs.__file__).parent / "tuned" / f"{arch}.json"
+    table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
+    entries = {(e["m"], e["n"], e["k"], e["dtype"], e["layout"]): e for e in table["entries"]}
+    dtype = getattr(torch, args.dtype)
+    shapes = {"gemm": GEMM_SHAPES, "addmm": ADDMM_SHAPES}
+    keys = []
+    for name in [args.only] if args.only else ["gemm", "addmm"]:
+        for shape in shapes[name]:
+            for _, (m, n, k), layout in matmuls_of(*shape):
+                key = (m, n, k, args.dtype, layout)
+                if key not in keys and (args.force or key not in entries):
+                    keys.append(key)
+
+    # The command as run, with the output path (a machine's own) cut down to its file name.
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--output" in given:
+        given[given.index("--output") + 1] = output.name
+    command = " ".join(["python -m helion_ops.tune", *given])
+    start = time.monotonic()
+    for i, (m, n, k, _, layout) in enumerate(keys, 1):
+        if time.monotonic() - start > args.budget_s:
+            print(f"budget spent: {len(keys) - i + 1} keys left; run again to resume")
+            break
+        print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout}", flush=True)
+        entry = tune_key(m, n, k, layout, dtype, args.autotune)
+        entries[(m, n, k, args.dtype, layout)] = entry
+        print(
+            f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
+            f"speedup {entry['speedup_vs_aten']}",
+            flush=True,
+        )
+        table = {
+            "device": torch.cuda.get_device_name(),
+            "arch": arch,
+            "versions": {
+                "torch": torch.__version__,
+                "triton": triton.__version__,
+                "helion": importlib.metadata.version("helion"),
+            },
+            "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": command,
+            "entries": sorted(
+                entries.values(), key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["dtype"])
+            ),
+        }
+        output.write_text(json.dumps(table, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
