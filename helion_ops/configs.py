@@ -52,6 +52,25 @@ def config_key(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, str, st
     return m, n, k, dtype, operand_layout(a) + operand_layout(b)
 
 
+def portable(config: dict) -> dict:
+    """A config that fits every epilogue: per-memory-op lists collapsed or left to Helion.
+
+    A table entry is measured on the plain ``alpha * acc`` epilogue (loads of x and y, one
+    store); addmm's epilogue adds a load of the bias, so lists with one entry per load or
+    store would be one short. A uniform ``indexing`` list becomes its single value.
+    """
+    config = dict(config)
+    indexing = config.get("indexing")
+    if isinstance(indexing, list):
+        if len(set(indexing)) == 1:
+            config["indexing"] = indexing[0]
+        else:
+            del config["indexing"]
+    for per_op in ("load_eviction_policies", "atomic_indexing"):
+        config.pop(per_op, None)
+    return config
+
+
 @functools.cache
 def tuned_table(arch: str) -> dict[tuple[int, int, int, str, str], helion.Config]:
     """The shipped table for a GPU architecture such as 'sm90'; empty if none ships."""
@@ -60,7 +79,7 @@ def tuned_table(arch: str) -> dict[tuple[int, int, int, str, str], helion.Config
         return {}
     entries = json.loads(path.read_text())["entries"]
     return {
-        (e["m"], e["n"], e["k"], e["dtype"], e["layout"]): helion.Config(**e["config"])
+        (e["m"], e["n"], e["k"], e["dtype"], e["layout"]): helion.Config(**portable(e["config"]))
         for e in entries
     }
 
@@ -88,8 +107,10 @@ def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -
             config.config["split_k"] = 4
         return config
     table = tuned_table(gpu_arch(a.device))
-    # fp16 and bf16 share tile shapes and speeds: an fp16 key may use the bf16 entry.
-    config = table.get(key) or table.get((*key[:3], "bfloat16", key[4]))
+    config = table.get(key)
+    if config is None and key[3] == "float16":
+        # fp16 and bf16 share tile shapes, shared-memory needs and speeds.
+        config = table.get((*key[:3], "bfloat16", key[4]))
     if config is not None:
         return config
     return bound_kernel.config_spec.default_config()

@@ -18,6 +18,7 @@ specializes on: the kernel, the epilogue, and each tensor's dtype, device, sizes
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import helion
@@ -113,7 +114,16 @@ def _run(
     compiled = _compiled.get(key)
     if compiled is None:
         bound = kernel.bind(args)
-        compiled = bound.compile_config(bound.autotune(args, force=False))
+        try:
+            compiled = bound.compile_config(bound.autotune(args, force=False))
+        except helion.exc.BaseError as error:
+            # A table entry must never make a call fail: Helion's default always compiles.
+            warnings.warn(
+                f"helion_ops: the config chosen for {key[2:]} does not compile ({error}); "
+                "using Helion's default",
+                stacklevel=3,
+            )
+            compiled = bound.compile_config(bound.config_spec.default_config())
         _compiled[key] = compiled
     return compiled(*args)
 

@@ -137,7 +137,7 @@ def tune_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: 
         "k": k,
         "dtype": str(dtype).removeprefix("torch."),
         "layout": layout,
-        "config": dict(best),
+        "config": configs.portable(dict(best)),
         "ms": round(best_ms, 5),
         "aten_ms": round(aten_ms, 5),
         "speedup_vs_aten": round(aten_ms / best_ms, 3),

@@ -112,3 +112,30 @@ def test_split_k_kernel_adds_partial_tiles_atomically():
     config = configs.choose_config(bound, a, b)
     assert config.config["split_k"] == 4
     assert "tl.atomic_add(" in bound.to_triton_code(config)
+
+
+def test_portable_configs_fit_every_epilogue():
+    entry = {
+        "block_sizes": [64, 64, 64],
+        "indexing": ["pointer", "pointer", "pointer"],
+        "load_eviction_policies": ["", ""],
+        "atomic_indexing": [],
+    }
+    assert configs.portable(entry) == {"block_sizes": [64, 64, 64], "indexing": "pointer"}
+    mixed = {"indexing": ["pointer", "tensor_descriptor", "pointer"]}
+    assert configs.portable(mixed) == {}
+
+
+def test_a_config_that_does_not_compile_falls_back_to_helions_default(monkeypatch):
+    import helion_ops
+    from helion_ops import kernel
+
+    broken = helion.Config(block_sizes=[16, 16, 16], indexing=["pointer"] * 3)  # bias load: 4
+    monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: broken)
+    kernel.reset()
+    bias = torch.randn(19, device=DEVICE)
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
+    with pytest.warns(UserWarning, match="does not compile"):
+        out = helion_ops.addmm(bias, a, b)
+    torch.testing.assert_close(out, torch.addmm(bias, a, b))
+    kernel.reset()
