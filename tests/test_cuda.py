@@ -11,6 +11,15 @@ import helion_ops
 from helion_ops import configs
 
 pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def release_gpu_memory():
+    """Large float64 references: hand the memory back so parallel workers do not run out."""
+    yield
+    torch.cuda.empty_cache()
+
+
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
 
 SHAPES = [
