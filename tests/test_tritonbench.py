@@ -33,6 +33,7 @@ class Mode(enum.Enum):
     FWD = "fwd"
     BWD = "bwd"
     FWD_BWD = "fwd_bwd"
+    FWD_NO_GRAD = "fwd_no_grad"
 
 
 class FakeBenchmarkOperator:
@@ -49,9 +50,6 @@ class FakeBenchmarkOperator:
 
     def get_bwd_fn(self, fwd_fn):
         raise NotImplementedError("Each operator must implement its own backward function.")
-
-    def accuracy(self, fn, baseline_fn):
-        return "original accuracy"
 
     @classmethod
     def has_bwd(cls) -> bool:
@@ -158,10 +156,34 @@ def test_accuracy_compares_the_forward_in_fwd_bwd(fake_operator):
     assert op.accuracy(shifted_output, fwd_bwd(lambda: a @ w)) is False
 
 
-def test_accuracy_in_fwd_mode_is_the_original(fake_operator):
+def test_accuracy_in_fwd_mode_compares_outputs(fake_operator):
     op = fake_operator()
     op.mode = Mode.FWD
-    assert op.accuracy(lambda: 1, lambda: 2) == "original accuracy"
+    want = torch.tensor([40.0, 0.0, -3.0], dtype=torch.bfloat16)
+    cancelled = torch.tensor([40.0, 0.01, -3.0], dtype=torch.bfloat16)
+    assert op.accuracy(lambda: cancelled, lambda: want) is True
+    assert op.accuracy(lambda: 2 * want, lambda: want) is False
+    op.mode = Mode.FWD_NO_GRAD
+    assert op.accuracy(lambda: None, lambda: None) is True
+
+
+@pytest.mark.parametrize(
+    ("dtype", "near_zero_error", "passes"),
+    [
+        (torch.bfloat16, 0.25, True),  # under one bf16 eps of the largest value (40 * 2^-7)
+        (torch.bfloat16, 0.5, False),
+        (torch.float16, 0.03, True),  # 40 * 2^-10 = 0.039
+        (torch.float16, 0.05, False),
+    ],
+)
+def test_atol_is_the_rounding_error_of_the_largest_value(dtype, near_zero_error, passes):
+    want = torch.tensor([40.0, 0.0], dtype=dtype)
+    got = torch.tensor([40.0, near_zero_error], dtype=dtype)
+    if passes:
+        tritonbench_bwd.assert_matches_baseline(got, want, "output")
+    else:
+        with pytest.raises(AssertionError, match="output"):
+            tritonbench_bwd.assert_matches_baseline(got, want, "output")
 
 
 @pytest.mark.parametrize(
