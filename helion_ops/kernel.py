@@ -1,10 +1,12 @@
-"""The one Helion matmul kernel, and the launchers that reuse it.
+"""The Helion matmul kernel, its split-K variant, and the launchers that reuse them.
 
 ``matmul_kernel`` multiplies ``x[m, k] @ y[k, n]`` with an fp32 accumulator and hands every
 output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 ``alpha * acc + beta * bias`` and the backward's ``alpha * acc`` are epilogues, so the scaling
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
-are lifted to kernel arguments: one compiled kernel serves every alpha and beta.
+are lifted to kernel arguments: one compiled kernel serves every alpha and beta. Products
+with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``), whose
+fp32 partial sums need one pass to scale, add the bias and cast.
 
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked.
@@ -188,8 +190,9 @@ def launch_addmm(
         return a.new_empty((m, n)).copy_(beta * bias.float())
 
     if m == 1 and n == 1:
-        # Helion cannot lay out a 1x1 dot tile (the generated reshape fails); a stride-0
-        # second row of a costs nothing and keeps every other shape on the direct path.
+        # Helion cannot lay out a 1x1 dot tile (the generated reshape fails in Triton's
+        # interpreter; the GPU was not tried without this): a stride-0 second row of a
+        # costs nothing and keeps every other shape on the direct path.
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1]
 
     # Helion's ref mode (eager PyTorch, for tests) runs without a config, and split_k is one.
