@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import DTYPES
-from test_ops import check_fwd_bwd, make
+from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
 from helion_ops import configs
@@ -35,7 +35,7 @@ SHAPES = [
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=str)
 def test_matmul_fwd_bwd_at_size(dtype_mode, m, k, n):
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
-    check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+    check_matmul(a, b)
 
 
 @dtypes
@@ -44,12 +44,7 @@ def test_matmul_fwd_bwd_at_size(dtype_mode, m, k, n):
 def test_addmm_fwd_bwd_at_size(dtype_mode, bias_shape, m, k, n):
     bias = make((m, n) if bias_shape == "mn" else (n,), dtype_mode)
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode, transposed=True)
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm(*t, alpha=1.5, beta=0.5),
-        lambda *t: torch.addmm(*t, alpha=1.5, beta=0.5),
-        [bias, a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(bias, a, b, alpha=1.5, beta=0.5)
 
 
 def tuned_entries():

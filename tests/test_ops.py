@@ -42,6 +42,21 @@ def check_fwd_bwd(ours_fn, torch_fn, inputs: list[torch.Tensor], names: list[str
         assert_matches(f"grad of {name}", o, t, r)
 
 
+def check_matmul(a: torch.Tensor, b: torch.Tensor, fn=helion_ops.matmul) -> None:
+    """``check_fwd_bwd`` of ``fn(a, b)`` against torch.matmul."""
+    check_fwd_bwd(fn, torch.matmul, [a, b], ["mat1", "mat2"])
+
+
+def check_addmm(bias, a, b, alpha=1.0, beta=1.0, fn=helion_ops.addmm) -> None:
+    """``check_fwd_bwd`` of ``fn(bias, a, b, alpha=, beta=)`` against torch.addmm."""
+    check_fwd_bwd(
+        lambda *t: fn(*t, alpha=alpha, beta=beta),
+        lambda *t: torch.addmm(*t, alpha=alpha, beta=beta),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
+
+
 @dtypes
 # (600, 24, 16) sends the backward's mat1.T @ grad_out, and (24, 600, 16) the forward, to
 # the split-K kernel.
@@ -50,7 +65,7 @@ def check_fwd_bwd(ours_fn, torch_fn, inputs: list[torch.Tensor], names: list[str
 )
 def test_matmul_bwd(dtype_mode, m, k, n):
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
-    check_fwd_bwd(helion_ops.matmul_autograd, torch.matmul, [a, b], ["mat1", "mat2"])
+    check_matmul(a, b, fn=helion_ops.matmul_autograd)
 
 
 @dtypes
@@ -59,12 +74,7 @@ def test_matmul_bwd(dtype_mode, m, k, n):
 )
 def test_addmm_bwd(dtype_mode, alpha, beta):
     bias, a, b = make((37, 29), dtype_mode), make((37, 50), dtype_mode), make((50, 29), dtype_mode)
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm_autograd(*t, alpha=alpha, beta=beta),
-        lambda *t: torch.addmm(*t, alpha=alpha, beta=beta),
-        [bias, a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(bias, a, b, alpha=alpha, beta=beta, fn=helion_ops.addmm_autograd)
 
 
 BIAS_SHAPES = [(37, 29), (29,), (1, 29), (37, 1), (1,), ()]
@@ -81,12 +91,7 @@ def test_addmm_split_k(dtype_mode, bias_shape):
         make((24, 600), dtype_mode),
         make((600, 16), dtype_mode),
     )
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm(*t, alpha=1.5, beta=-0.5),
-        lambda *t: torch.addmm(*t, alpha=1.5, beta=-0.5),
-        [bias, a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
 
 
 @dtypes
@@ -97,12 +102,7 @@ def test_addmm_every_bias_shape(dtype_mode, bias_shape):
         make((37, 50), dtype_mode),
         make((50, 29), dtype_mode),
     )
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm(*t, alpha=0.75, beta=-2.0),
-        lambda *t: torch.addmm(*t, alpha=0.75, beta=-2.0),
-        [bias, a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(bias, a, b, alpha=0.75, beta=-2.0)
 
 
 @pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
@@ -111,18 +111,18 @@ def test_transposed_views(dtype_mode, a_t, b_t):
     bias = make((29,), dtype_mode)
     a, b = make((37, 50), dtype_mode, transposed=a_t), make((50, 29), dtype_mode, transposed=b_t)
     assert not (a.is_contiguous() and b.is_contiguous())
-    check_fwd_bwd(helion_ops.addmm, torch.addmm, [bias, a, b], ["bias", "mat1", "mat2"])
+    check_addmm(bias, a, b)
 
 
 def test_strided_views():
     base_a = torch.randn(37, 100, device=DEVICE, requires_grad=True)
     base_b = torch.randn(60, 29, device=DEVICE, requires_grad=True)
     a, b = base_a[:, ::2], base_b[5:55]
-    check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+    check_matmul(a, b)
     base_c = torch.randn(29, 200, device=DEVICE, requires_grad=True)
     c = base_c.T[::2]
     assert c.stride() == (2, 200)
-    check_fwd_bwd(helion_ops.matmul, torch.matmul, [base_a, c], ["mat1", "mat2"])
+    check_matmul(base_a, c)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
@@ -131,12 +131,7 @@ def test_beta_zero_ignores_bias(bad):
     a, b = make((37, 50), torch.float32), make((50, 29), torch.float32)
     out = helion_ops.addmm(bias, a, b, beta=0.0)
     assert out.isfinite().all()
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm(*t, beta=0),
-        lambda *t: torch.addmm(*t, beta=0),
-        [bias, a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(bias, a, b, beta=0)
 
 
 @pytest.mark.parametrize("m,k,n", [(0, 5, 7), (5, 0, 7), (5, 7, 0), (0, 0, 0)])
@@ -144,15 +139,10 @@ def test_beta_zero_ignores_bias(bad):
 def test_empty_dimensions(m, k, n, bias_shape):
     a, b = make((m, k), torch.float32), make((k, n), torch.float32)
     if bias_shape is None:
-        check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+        check_matmul(a, b)
         return
     bias = make(bias_shape if n else (), torch.float32)
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm(*t, alpha=2.0, beta=0.5),
-        lambda *t: torch.addmm(*t, alpha=2.0, beta=0.5),
-        [bias, a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(bias, a, b, alpha=2.0, beta=0.5)
 
 
 def test_no_grad_and_output_dtype():

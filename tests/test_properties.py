@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_ops import check_fwd_bwd, make
-
-import helion_ops
+from test_ops import check_addmm, check_matmul, make
 
 SCALARS = st.sampled_from([1.0, 0.0, -1.0, 0.5, 2.5, -3.0])
 
@@ -27,11 +25,6 @@ def test_matches_torch_on_random_cases(case):
     a = make((m, k), torch.float32, transposed=a_t)
     b = make((k, n), torch.float32, transposed=b_t)
     if bias_shape is None:
-        check_fwd_bwd(helion_ops.matmul, torch.matmul, [a, b], ["mat1", "mat2"])
+        check_matmul(a, b)
         return
-    check_fwd_bwd(
-        lambda *t: helion_ops.addmm(*t, alpha=alpha, beta=beta),
-        lambda *t: torch.addmm(*t, alpha=alpha, beta=beta),
-        [make(bias_shape, torch.float32), a, b],
-        ["bias", "mat1", "mat2"],
-    )
+    check_addmm(make(bias_shape, torch.float32), a, b, alpha=alpha, beta=beta)
