@@ -12,9 +12,19 @@ EPS = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7
 # at K = 20120, while still about 1e-6 of the largest value.
 ERROR_FACTOR = {torch.float32: 8.0, torch.float16: 2.0, torch.bfloat16: 2.0}
 ULPS = 1.0
+# Sums accumulate in fp32 whatever the dtype. Their rounding error is bounded by the sum of the
+# terms' magnitudes, not by the result, which cancellation can make tiny (a bias grad summed
+# over m*n random values); where a magnitude is given, one fp32 ulp of it is allowed too.
+ACCUMULATION_EPS = EPS[torch.float32]
 
 
-def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor) -> None:
+def assert_matches(
+    name: str,
+    ours: torch.Tensor,
+    theirs: torch.Tensor,
+    ref: torch.Tensor,
+    magnitude: torch.Tensor | None = None,
+) -> None:
     """Assert ``ours`` is as close to the float64 ``ref`` as torch's ``theirs`` is, or nearly.
 
     Args:
@@ -22,6 +32,8 @@ def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, ref: tor
         ours: helion_ops' result.
         theirs: torch's result for the same inputs in the same dtype.
         ref: the float64 result.
+        magnitude: the float64 result computed on the absolute values of every term, which
+            bounds the accumulation error (e.g. ``|a| @ |b|`` for ``a @ b``).
     """
     assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
     assert ours.dtype == theirs.dtype, f"{name}: dtype {ours.dtype} != torch's {theirs.dtype}"
@@ -41,6 +53,10 @@ def assert_matches(name: str, ours: torch.Tensor, theirs: torch.Tensor, ref: tor
     torch_err = (theirs64 - ref).abs()[finite].max().item()
     scale = ref[finite].abs().max().item()
     tol = ERROR_FACTOR[ours.dtype] * torch_err + ULPS * EPS[ours.dtype] * scale
+    if magnitude is not None:
+        magnitude = magnitude.detach().double()[finite]
+        assert magnitude.isfinite().all(), f"{name}: the magnitude is not finite"
+        tol += ACCUMULATION_EPS * magnitude.max().item()
     worst = err.max().item()
     if worst > tol:
         count = int((err > tol).sum())

@@ -27,19 +27,28 @@ def grads_of(out: torch.Tensor, inputs: list[torch.Tensor], grad_out: torch.Tens
     return list(torch.autograd.grad(out, inputs, grad_out, allow_unused=True))
 
 
-def check_fwd_bwd(ours_fn, torch_fn, inputs: list[torch.Tensor], names: list[str]) -> None:
-    """Forward output and every input gradient: ours vs torch (same dtype) vs float64."""
+def check_fwd_bwd(
+    ours_fn, torch_fn, inputs: list[torch.Tensor], names: list[str], magnitude_fn=None
+) -> None:
+    """Forward output and every input gradient: ours vs torch (same dtype) vs float64.
+
+    ``magnitude_fn`` (default ``torch_fn``) must give the sum of the terms' magnitudes when fed
+    absolute values: the same function with absolute scalars.
+    """
     ref_inputs = [t.detach().double().requires_grad_(t.requires_grad) for t in inputs]
+    abs_inputs = [t.detach().double().abs().requires_grad_(t.requires_grad) for t in inputs]
     theirs = torch_fn(*inputs)
     ref = torch_fn(*ref_inputs)
+    magnitude = (magnitude_fn or torch_fn)(*abs_inputs)
     ours = ours_fn(*inputs)
-    assert_matches("output", ours, theirs, ref)
+    assert_matches("output", ours, theirs, ref, magnitude)
     grad_out = torch.randn_like(theirs)
     ours_g = grads_of(ours, inputs, grad_out)
     theirs_g = grads_of(theirs, inputs, grad_out)
     ref_g = grads_of(ref, ref_inputs, grad_out.double())
-    for name, o, t, r in zip(names, ours_g, theirs_g, ref_g, strict=True):
-        assert_matches(f"grad of {name}", o, t, r)
+    magnitude_g = grads_of(magnitude, abs_inputs, grad_out.double().abs())
+    for name, o, t, r, mag in zip(names, ours_g, theirs_g, ref_g, magnitude_g, strict=True):
+        assert_matches(f"grad of {name}", o, t, r, mag)
 
 
 def check_matmul(a: torch.Tensor, b: torch.Tensor, fn=helion_ops.matmul) -> None:
@@ -54,6 +63,7 @@ def check_addmm(bias, a, b, alpha=1.0, beta=1.0, fn=helion_ops.addmm) -> None:
         lambda *t: torch.addmm(*t, alpha=alpha, beta=beta),
         [bias, a, b],
         ["bias", "mat1", "mat2"],
+        lambda *t: torch.addmm(*t, alpha=abs(alpha), beta=abs(beta)),
     )
 
 
