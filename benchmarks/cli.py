@@ -168,3 +168,23 @@ def has_flag(argv: tuple[str, ...] | list[str], *names: str) -> bool:
         True if one of them is present.
     """
     return any(arg.split("=", 1)[0] in names for arg in argv)
+
+
+def flag_value(argv: tuple[str, ...] | list[str], name: str, default: str) -> str:
+    """The value of a flag given as ``--flag value`` or ``--flag=value`` (the last one wins).
+
+    Args:
+        argv: command-line arguments.
+        name: the flag, such as "--precision".
+        default: the value when the flag is absent.
+
+    Returns:
+        The flag's value.
+    """
+    value = default
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value

@@ -29,7 +29,12 @@ from benchmarks.results import (
     write_json,
 )
 from benchmarks.suite import CPU_LATENCY_NOTE, plan_jobs, shard_range
-from benchmarks.tritonbench_runner import count_inputs, run_tritonbench, tritonbench_import_error
+from benchmarks.tritonbench_runner import (
+    count_inputs,
+    has_tolerance_flags,
+    run_tritonbench,
+    tritonbench_import_error,
+)
 
 if TYPE_CHECKING:
     from benchmarks.cli import Options
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from helion_ops.tritonbench_plugin import register
 
     register()
-    jobs = plan_jobs(options, gpu)
+    jobs = plan_jobs(options, gpu, has_tolerance_flags=has_tolerance_flags())
     options.output_dir.mkdir(parents=True, exist_ok=True)
     meta = run_metadata(shlex.join([sys.argv[0], *argv]))
     if latency_note:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from benchmarks.cli import has_flag
+from benchmarks.cli import flag_value, has_flag
 
 if TYPE_CHECKING:
     from benchmarks.cli import Options
@@ -21,6 +21,22 @@ CPU_SHAPES = {
     "gemm": ("--m", "64", "--n", "48", "--k", "32"),
     "addmm": ("--m", "64", "--k", "32", "--n", "48"),
 }
+
+
+# NEW tritonbench checks addmm with torch's default tolerances (atol 1e-5): on addmm's
+# unnormalized inputs two correct fp16/bf16 kernels that sum in different orders differ by
+# more (measured with OLD's same check on the H200, 2026-11-29). NEW's gemm sets its tolerances
+# by dtype; the suite gives addmm the same ones, where tritonbench has the flags (NEW only).
+GEMM_TOLERANCES = {"fp16": ("0.1", "0.01"), "bf16": ("0.1", "0.01")}
+DEFAULT_TOLERANCES = ("1e-3", "1e-5")
+
+
+def tolerance_flags(passthrough: tuple[str, ...]) -> tuple[str, ...]:
+    """``--rtol``/``--atol`` as NEW's gemm sets them for the run's precision (default fp16)."""
+    rtol, atol = GEMM_TOLERANCES.get(
+        flag_value(passthrough, "--precision", "fp16"), DEFAULT_TOLERANCES
+    )
+    return ("--rtol", rtol, "--atol", atol)
 
 
 @dataclass(frozen=True)
@@ -78,12 +94,13 @@ def default_backends(op: str, mode: str, gpu: bool) -> list[str]:
     return [*names, b.compiled]
 
 
-def plan_jobs(options: Options, gpu: bool) -> list[Job]:
+def plan_jobs(options: Options, gpu: bool, has_tolerance_flags: bool = False) -> list[Job]:
     """One job per (op, mode), the suite's defaults filling what the command line leaves out.
 
     Args:
         options: the parsed command line.
         gpu: whether a CUDA GPU is present.
+        has_tolerance_flags: whether tritonbench takes --rtol/--atol (NEW does, OLD does not).
 
     Returns:
         The jobs in run order.
@@ -113,6 +130,12 @@ def plan_jobs(options: Options, gpu: bool) -> list[Job]:
             # accuracy check then fails every backend, aten included.
             if op == "gemm" and mode in BWD_MODES and not has_flag(passthrough, "--layout"):
                 argv += ["--layout", "tt"]
+            if (
+                op == "addmm"
+                and has_tolerance_flags
+                and not has_flag(passthrough, "--rtol", "--atol")
+            ):
+                argv += tolerance_flags(passthrough)
             # A failing backend then leaves an error cell instead of ending the op.
             if not has_flag(passthrough, "--keep-going"):
                 argv.append("--keep-going")

@@ -95,6 +95,17 @@ def run_tritonbench(argv: Sequence[str]) -> None:
         run(list(argv))
 
 
+@functools.cache
+def has_tolerance_flags() -> bool:
+    """Whether tritonbench's own parser takes --rtol and --atol (NEW does, OLD does not)."""
+    from tritonbench.utils.parser import get_parser
+
+    argv = ["--op", "gemm", "--rtol", "0.1", "--atol", "0.01"]
+    with _as_sys_argv(argv):
+        _, unknown = get_parser().parse_known_args(argv)
+    return not unknown
+
+
 def count_inputs(argv: Sequence[str]) -> int:
     """How many inputs tritonbench would run for a command line (its shapes flags included).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from benchmarks.suite import (
     plan_jobs,
     shard_range,
 )
-from benchmarks.tritonbench_runner import INSTALL_COMMAND
+from benchmarks.tritonbench_runner import INSTALL_COMMAND, has_tolerance_flags
 
 TRITONBENCH_CSV = """\
 (M, N, K);aten_matmul-latency;aten_matmul-tflops;helion_matmul_tritonbench-latency;\
@@ -151,6 +152,46 @@ def test_the_command_line_overrides_the_suite():
     assert only_of(job) == ["aten_matmul"]
     # --ci always measures accuracy.
     assert job.argv[job.argv.index("--metrics") + 1] == "latency,accuracy"
+
+
+@pytest.mark.parametrize(
+    "flags,want",
+    [
+        ([], ["--rtol", "0.1", "--atol", "0.01"]),
+        (["--precision", "bf16"], ["--rtol", "0.1", "--atol", "0.01"]),
+        (["--precision=fp32"], ["--rtol", "1e-3", "--atol", "1e-5"]),
+        (["--atol", "0.5"], ["--atol", "0.5"]),
+    ],
+)
+def test_addmm_gets_gemm_tolerances_where_tritonbench_takes_them(flags, want):
+    argv = ["--op", "gemm,addmm", "--mode", "fwd", *flags]
+    gemm, addmm = plan_jobs(parse_args(argv), gpu=True, has_tolerance_flags=True)
+    # gemm sets its own; the user's flags pass through once, never doubled.
+    for flag in ("--rtol", "--atol"):
+        assert gemm.argv.count(flag) == flags.count(flag)
+        assert addmm.argv.count(flag) == want.count(flag)
+    assert " ".join(want) in " ".join(addmm.argv)
+    (old,) = plan_jobs(parse_args(["--op", "addmm", "--mode", "fwd"]), gpu=True)
+    assert "--atol" not in old.argv
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["NEW", "OLD"])
+def test_tolerance_flags_are_detected_in_tritonbench_parser(monkeypatch, new):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--op")
+    if new:
+        parser.add_argument("--rtol", type=float)
+        parser.add_argument("--atol", type=float)
+    parser_module = types.ModuleType("tritonbench.utils.parser")
+    parser_module.get_parser = lambda args=None: parser
+    for name in ("tritonbench", "tritonbench.utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "tritonbench.utils.parser", parser_module)
+    has_tolerance_flags.cache_clear()
+    try:
+        assert has_tolerance_flags() is new
+    finally:
+        has_tolerance_flags.cache_clear()
 
 
 def test_unknown_ops_pass_through_without_suite_defaults():
