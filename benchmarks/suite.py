@@ -23,19 +23,20 @@ CPU_SHAPES = {
 }
 
 
-# NEW tritonbench checks addmm with torch's default tolerances (atol 1e-5): on addmm's
-# unnormalized inputs two correct fp16/bf16 kernels that sum in different orders differ by
-# more (measured with OLD's same check on the H200, 2026-11-29). NEW's gemm sets its tolerances
-# by dtype; the suite gives addmm the same ones, where tritonbench has the flags (NEW only).
-GEMM_TOLERANCES = {"fp16": ("0.1", "0.01"), "bf16": ("0.1", "0.01")}
-DEFAULT_TOLERANCES = ("1e-3", "1e-5")
+# NEW tritonbench checks addmm with torch's default tolerances. Their atol (1e-5) is below the
+# fp32 accumulation differences of two correct fp16/bf16 kernels (about 1e-4 on addmm's
+# unnormalized inputs), which decide wherever an output cancels to near zero (measured with
+# OLD's same check on the H200, 2026-11-29). The suite keeps torch's rtol and gives atol the
+# 1e-2 that NEW's gemm uses for these dtypes, where tritonbench has the flags (NEW only).
+ADDMM_TOLERANCES = {"fp16": ("1e-3", "1e-2"), "bf16": ("1.6e-2", "1e-2")}
 
 
 def tolerance_flags(passthrough: tuple[str, ...]) -> tuple[str, ...]:
-    """``--rtol``/``--atol`` as NEW's gemm sets them for the run's precision (default fp16)."""
-    rtol, atol = GEMM_TOLERANCES.get(
-        flag_value(passthrough, "--precision", "fp16"), DEFAULT_TOLERANCES
-    )
+    """``--rtol``/``--atol`` for addmm at the run's precision (tritonbench's default fp16)."""
+    tolerances = ADDMM_TOLERANCES.get(flag_value(passthrough, "--precision", "fp16"))
+    if tolerances is None:
+        return ()
+    rtol, atol = tolerances
     return ("--rtol", rtol, "--atol", atol)
 
 
