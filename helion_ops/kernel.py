@@ -197,15 +197,33 @@ def launch_addmm(
 
     # Helion's ref mode (eager PyTorch, for tests) runs without a config, and split_k is one.
     if wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF:
-        out = _run(_kernel_for(a.dtype, split_k=True), a, b, None)
-        if bias is None:
-            return out.mul_(alpha).to(a.dtype)
-        return torch.add(out, bias.float(), alpha=beta, out=out.mul_(alpha)).to(a.dtype)
+        partial = _run(_kernel_for(a.dtype, split_k=True), a, b, None)
+        return _finish_split_k(partial, bias, alpha, beta, a.dtype)
     kernel = _kernel_for(a.dtype)
     if bias is None:
         return _run(kernel, a, b, scaled(alpha))
     bias_mn = bias.expand(m, n)
     return _run(kernel, a, b, scaled_plus_bias(alpha, beta, bias_mn), (bias_mn,))
+
+
+def _finish_split_k(
+    partial: torch.Tensor,
+    bias: torch.Tensor | None,
+    alpha: float,
+    beta: float,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``alpha * partial + beta * bias`` in fp32, rounded once to ``dtype``.
+
+    One pass over the fp32 partial sums (the cast is the store of the add or copy), two where
+    ``alpha != 1``; torch promotes the bias to fp32 inside the add, so it is never copied.
+    """
+    out = torch.empty(partial.shape, dtype=dtype, device=partial.device)
+    if alpha != 1:
+        partial.mul_(alpha)
+    if bias is None:
+        return out.copy_(partial)
+    return torch.add(partial, bias, alpha=beta, out=out)
 
 
 def scaled(alpha: float) -> Epilogue:

@@ -92,7 +92,8 @@ BIAS_SHAPES = [(37, 29), (29,), (1, 29), (37, 1), (1,), ()]
 
 @pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
 @pytest.mark.parametrize("bias_shape", [(24, 16), (16,), ()], ids=str)
-def test_addmm_split_k(dtype_mode, bias_shape):
+@pytest.mark.parametrize("alpha,beta", [(1.5, -0.5), (1.0, 2.0), (-2.0, 0.0)])
+def test_addmm_split_k(dtype_mode, bias_shape, alpha, beta):
     from helion_ops.kernel import wants_split_k
 
     assert wants_split_k(24, 16, 600)
@@ -101,7 +102,7 @@ def test_addmm_split_k(dtype_mode, bias_shape):
         make((24, 600), dtype_mode),
         make((600, 16), dtype_mode),
     )
-    check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
+    check_addmm(bias, a, b, alpha=alpha, beta=beta)
 
 
 @dtypes
