@@ -112,7 +112,10 @@ def addmm_backward(ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op) -> tuple[An
     """Gradients of ``addmm(bias, mat1, mat2, alpha, beta)`` for all five inputs."""
     grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_bias = grad_out.sum_to_size(ctx.bias_shape) * ctx.beta
+        grad_bias = grad_out.sum_to_size(ctx.bias_shape)
+        # As torch's own addmm backward: beta == 1 costs no pass over an [m, n] gradient.
+        if ctx.beta != 1:
+            grad_bias = grad_bias * ctx.beta
     grad_mat1, grad_mat2 = _operand_grads(ctx, ctx.needs_input_grad[1:3], grad_out, mm)
     return grad_bias, grad_mat1, grad_mat2, None, None
 
