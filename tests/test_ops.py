@@ -194,3 +194,15 @@ def test_backward_uses_transposed_views_without_copies(monkeypatch):
     (_, bt), (at, _) = seen[1:]  # seen[0] is the forward
     assert bt.data_ptr() == b.data_ptr() and bt.stride() == (1, 29)
     assert at.data_ptr() == a.data_ptr() and at.stride() == (1, 50)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_full_bias_grad_is_copied_only_to_scale_it(beta):
+    # torch's own addmm backward hands grad_out on as the [m, n] bias's gradient when beta == 1.
+    bias = torch.randn(37, 29, device=DEVICE, requires_grad=True)
+    a, b = torch.randn(37, 50, device=DEVICE), torch.randn(50, 29, device=DEVICE)
+    out = helion_ops.addmm(bias, a, b, beta=beta)
+    grad_out = torch.randn_like(out)
+    (grad_bias,) = torch.autograd.grad(out, bias, grad_out)
+    assert (grad_bias.data_ptr() == grad_out.data_ptr()) == (beta == 1)
+    torch.testing.assert_close(grad_bias, beta * grad_out, rtol=0, atol=0)
