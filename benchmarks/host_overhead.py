@@ -17,7 +17,7 @@ import time
 import torch
 
 import helion_ops
-from helion_ops import ops
+from helion_ops import kernel, ops
 from helion_ops.kernel import launch_mm
 
 
@@ -55,8 +55,13 @@ def main() -> None:
 
         return run
 
+    launch_mm(ad, bd)
+    (host_fn,) = kernel._compiled.values()  # Helion's generated host function, launcher bound
+    epilogue = kernel.scaled(1.0)
     rows = {
         "torch.mm": per_call_us(lambda: torch.mm(ad, bd)),
+        "host function, DirectLauncher": per_call_us(lambda: host_fn(ad, bd, epilogue)),
+        "host function, Triton's JIT launch": per_call_us(lambda: host_fn.func(ad, bd, epilogue)),
         "helion_ops.matmul": per_call_us(lambda: helion_ops.matmul(ad, bd)),
         "launch_mm (no checks, no autograd)": per_call_us(lambda: launch_mm(ad, bd)),
         "ops.mm_op (custom-op dispatch)": per_call_us(lambda: ops.mm_op(ad, bd, 1.0)),

@@ -11,15 +11,18 @@ fp32 partial sums need one pass to scale, add the bias and cast.
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked.
 
-Helion's own fast dispatch does not cover callable arguments, so every call with an epilogue
-would re-derive its specialization key (``bind``, about 100 microseconds of host time). The
-launchers keep the compiled function of each specialization instead, keyed by what Helion
-specializes on: the kernel, the epilogue, and each tensor's dtype, device, sizes, strides and
-16-byte alignment.
+Host time: Helion's own fast dispatch does not cover callable arguments, so every call with an
+epilogue would re-derive its specialization key (``bind``, about 100 microseconds). The
+launchers keep the compiled function of each specialization instead, keyed by what Helion and
+Triton specialize on: the kernel, the epilogue, and each tensor's dtype, device, sizes, strides
+and 16-byte alignment. Each such function launches through a ``DirectLauncher``, which keeps
+the Triton kernel compiled on the first call and launches it directly afterwards, skipping
+Triton's per-call argument binding.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +30,9 @@ import helion
 import helion.language as hl
 import torch
 from helion.autotuner import PowerOfTwoFragment
+from helion.runtime import default_launcher
 from helion.runtime.settings import RefMode
+from triton.compiler import CompiledKernel
 
 from helion_ops.configs import select_config
 
@@ -89,6 +94,31 @@ split_k_kernel_tf32 = _make_kernel(_matmul_split_k, "tf32")
 KERNELS = (matmul_kernel, matmul_kernel_tf32, split_k_kernel, split_k_kernel_tf32)
 
 
+class DirectLauncher:
+    """A launcher for Helion's generated host code that skips Triton's per-call binding.
+
+    The first launch of each Triton kernel goes through Helion's default launcher (Triton's
+    JIT entry point), which compiles and returns the compiled kernel; later launches call that
+    compiled kernel directly. One instance serves one specialization (see ``_run``), whose
+    argument types, alignments and constants never change, so Triton would pick the same
+    compiled kernel every time. Where Triton returns none (the CPU interpreter), every
+    launch keeps going through the default launcher.
+    """
+
+    def __init__(self) -> None:
+        self.compiled: dict[Any, CompiledKernel] = {}
+
+    def __call__(self, triton_kernel: Any, grid: tuple[int, ...], *args: Any, **options: Any):
+        compiled = self.compiled.get(triton_kernel)
+        if compiled is not None:
+            # The compiled kernel's runner reads exactly three grid dimensions.
+            return compiled[(*grid, 1, 1)](*args)
+        result = default_launcher(triton_kernel, grid, *args, **options)
+        if isinstance(result, CompiledKernel):
+            self.compiled[triton_kernel] = result
+        return result
+
+
 _compiled: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
 
 
@@ -126,6 +156,7 @@ def _run(
                 stacklevel=3,
             )
             compiled = bound.compile_config(bound.config_spec.default_config())
+        compiled = functools.partial(compiled, _launcher=DirectLauncher())
         _compiled[key] = compiled
     return compiled(*args)
 
