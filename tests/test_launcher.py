@@ -42,8 +42,8 @@ def test_each_triton_kernel_keeps_its_own_compiled_kernel():
     first, second = FakeCompiled(), FakeCompiled()
     kernels = FakeJitKernel(first), FakeJitKernel(second)
     launch = DirectLauncher()
-    for kernel in (*kernels, *kernels):
-        launch(kernel, (4, 2), "y", num_warps=4, num_stages=2)
+    for jit_kernel in (*kernels, *kernels):
+        launch(jit_kernel, (4, 2), "y", num_warps=4, num_stages=2)
     assert [len(k.runs) for k in kernels] == [1, 1]
     assert first.launches == second.launches == [((4, 2, 1, 1), ("y",))]
 
