@@ -17,6 +17,7 @@ atol to the rounding error of the baseline's largest value, as NEW's relative ch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,8 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         that require grad.
     """
     inputs = [x for x in self.example_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    y = fwd_fn()
+    with _stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False)):
+        y = fwd_fn()
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         # OLD tritonbench turns NotImplementedError into a "not supported" cell; anything
         # else from a backend without autograd aborts the whole input for every backend.
@@ -107,6 +109,27 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         return inputs
 
     return bwd_fn
+
+
+@contextlib.contextmanager
+def _stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
+    """With CUDA graphs, run the block (the forward) on a stream of its own.
+
+    Autograd runs each backward op on the stream its forward op ran on. Under ``--cudagraph``
+    the timed backward is captured on a side stream, and a forward that ran on the legacy
+    default stream puts the backward there, which no capture can include (the capture fails:
+    cudaErrorStreamCaptureInvalidated). A stream of its own joins the capture through the
+    event autograd waits on when the backward starts.
+    """
+    if not use_cuda_graphs:
+        yield
+        return
+    caller = torch.cuda.current_stream()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(caller)
+    with torch.cuda.stream(stream):
+        yield
+    caller.wait_stream(stream)
 
 
 # One unit of rounding at the largest value: in fp16/bf16 the final rounding dominates the

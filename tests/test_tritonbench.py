@@ -303,20 +303,28 @@ def harness(monkeypatch):
     assert "gemm" in tritonbench_plugin.register()
 
 
-def accuracy_scores(op: str, mode: str, tmp_path: Path) -> dict[str, float]:
-    """Run aten and helion on one tiny shape through tritonbench; accuracy by backend."""
+def metrics_by_backend(
+    op: str, mode: str, tmp_path: Path, metrics: str = "accuracy", *extra: str
+) -> dict[str, dict]:
+    """Run aten and helion on one tiny shape through tritonbench; the metrics by backend."""
     b = BACKENDS[op]
     csv_path = tmp_path / f"{op}_{mode}.csv"
     argv = [
-        "--op", op, "--mode", mode, "--device", DEVICE, "--metrics", "accuracy",
+        "--op", op, "--mode", mode, "--device", DEVICE, "--metrics", metrics,
         "--only", f"{b.baseline},{b.helion}", "--m", "64", "--n", "48", "--k", "32",
-        "--output", str(csv_path),
+        "--output", str(csv_path), *extra,
     ]  # fmt: skip
     if op == "gemm":
         argv += ["--layout", "tt"]
     run_tritonbench(argv)
     _, rows = parse_tritonbench_csv(csv_path.read_text())
-    return {row.backend: row.metrics.get("accuracy") for row in rows if "accuracy" in row.metrics}
+    return {row.backend: row.metrics for row in rows}
+
+
+def accuracy_scores(op: str, mode: str, tmp_path: Path) -> dict[str, float]:
+    """Accuracy by backend (the baseline has none) on one tiny shape."""
+    found = metrics_by_backend(op, mode, tmp_path)
+    return {name: m["accuracy"] for name, m in found.items() if "accuracy" in m}
 
 
 @needs_tritonbench
@@ -326,6 +334,19 @@ def test_helion_scores_accuracy_one(harness, tmp_path, op, mode):
     if op not in tritonbench_plugin.register():
         pytest.skip("tritonbench's addmm does not import (generative-recommenders submodule)")
     assert accuracy_scores(op, mode, tmp_path) == {BACKENDS[op].helion: 1.0}
+
+
+@needs_tritonbench
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("op", ["gemm", "addmm"])
+def test_bwd_is_timed_under_cuda_graphs(harness, tmp_path, op):
+    if op not in tritonbench_plugin.register():
+        pytest.skip("tritonbench's addmm does not import (generative-recommenders submodule)")
+    b = BACKENDS[op]
+    found = metrics_by_backend(op, "bwd", tmp_path, "accuracy,latency", "--cudagraph")
+    assert found[b.helion]["accuracy"] == 1.0
+    for backend in (b.baseline, b.helion):
+        assert isinstance(found[backend]["latency"], float), found
 
 
 def _doubled_grad(function: type, index: int):
