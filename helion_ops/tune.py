@@ -65,6 +65,11 @@ CANDIDATES = [
     _config(128, 128, 64, 8, 4, "flat"),
     _config(64, 128, 64, 4, 4, "flat"),
     _config(64, 64, 128, 4, 3, "flat"),
+    # Small outputs (512^2, 1024^2): more tiles than SMs only with small ones.
+    _config(128, 64, 64, 4, 4, "flat"),
+    _config(64, 64, 64, 4, 4, "flat"),
+    _config(32, 64, 128, 4, 4, "flat"),
+    _config(64, 64, 64, 4, 4, "persistent_interleaved"),
 ]
 
 
@@ -147,11 +152,26 @@ def tune_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: 
     }
 
 
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``MxNxK`` as three ints."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"--shape must look like 1024x1024x1024, got {text!r}")
+    m, n, k = map(int, parts)
+    return m, n, k
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--output", type=Path, help="table to write (default: the shipped one)")
     parser.add_argument("--only", choices=["gemm", "addmm"], help="one shape set only")
+    parser.add_argument(
+        "--shape",
+        type=parse_shape,
+        action="append",
+        help="MxNxK of a gemm/addmm (repeatable): only its three matmuls",
+    )
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
     parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
@@ -169,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = []
     for name in [args.only] if args.only else ["gemm", "addmm"]:
         for shape in shapes[name]:
+            if args.shape and shape not in args.shape:
+                continue
             for _, (m, n, k), layout in matmuls_of(*shape):
                 key = (m, n, k, args.dtype, layout)
                 if key not in keys and (args.force or key not in entries):

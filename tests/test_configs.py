@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import helion
@@ -9,7 +10,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from helion_ops import configs
+from helion_ops import configs, tune
 from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
@@ -139,3 +140,9 @@ def test_a_config_that_does_not_compile_falls_back_to_helions_default(monkeypatc
         out = helion_ops.addmm(bias, a, b)
     torch.testing.assert_close(out, torch.addmm(bias, a, b))
     kernel.reset()
+
+
+def test_tune_shape_flag_parses_mxnxk():
+    assert tune.parse_shape("1024x512X256") == (1024, 512, 256)
+    with pytest.raises(argparse.ArgumentTypeError, match="--shape"):
+        tune.parse_shape("1024x512")
