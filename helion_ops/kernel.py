@@ -30,7 +30,7 @@ import helion
 import helion.language as hl
 import torch
 from helion.autotuner import PowerOfTwoFragment
-from helion.runtime import default_launcher
+from helion.runtime import default_launcher, set_triton_allocator
 from helion.runtime.settings import RefMode
 from triton.compiler import CompiledKernel
 
@@ -158,6 +158,10 @@ def _run(
             compiled = bound.compile_config(bound.config_spec.default_config())
         compiled = functools.partial(compiled, _launcher=DirectLauncher())
         _compiled[key] = compiled
+    # Kernels with tensor descriptors need Triton's scratch allocator, a thread-local setting
+    # that Helion's generated module sets once, in the thread that first compiled it: a
+    # kernel compiled in autograd's backward thread would fail in the caller's thread.
+    set_triton_allocator()
     return compiled(*args)
 
 

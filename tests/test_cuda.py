@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from conftest import DTYPES
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import configs
+from helion_ops import configs, kernel
 
 pytestmark = pytest.mark.cuda
 
@@ -65,3 +67,25 @@ def test_every_tuned_config_is_correct(key):
     from reference import assert_matches
 
     assert_matches(f"{key}", helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
+
+
+def test_a_kernel_first_compiled_in_another_thread_runs_in_this_one():
+    """A backward runs in autograd's thread; what it compiles must also run in the caller's.
+
+    Triton's scratch allocator for tensor descriptors is a thread-local setting, and the
+    4096^3 column-major-a table entry uses tensor descriptors.
+    """
+    from reference import assert_matches
+
+    kernel.reset()
+    a = make((4096, 4096), torch.bfloat16, transposed=True).detach()
+    b = make((4096, 4096), torch.bfloat16).detach()
+    assert configs.config_key(a, b)[-1] == "cr"
+    outputs = {}
+    thread = threading.Thread(target=lambda: outputs.update(other=helion_ops.matmul(a, b)))
+    thread.start()
+    thread.join()
+    assert "other" in outputs, "the call in the other thread raised"
+    want = a.double() @ b.double()
+    for name, got in [*outputs.items(), ("this", helion_ops.matmul(a, b))]:
+        assert_matches(name, got, torch.matmul(a, b), want)
