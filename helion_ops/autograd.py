@@ -51,6 +51,13 @@ class AddMMFunction(torch.autograd.Function):
         return ops.addmm_backward(ctx, grad_out, mm=ops.mm)
 
 
+def _records_a_graph(*args: object) -> bool:
+    """Whether autograd would record this call; where not, the Function is skipped."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in args
+    )
+
+
 def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     """Differentiable ``mat1 @ mat2`` through the Helion kernel; works under torch.compile.
 
@@ -64,6 +71,9 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         check_matmul_args(mat1, mat2)
         return ops.mm_op(mat1, mat2, 1.0)
+    if not _records_a_graph(mat1, mat2):
+        check_matmul_args(mat1, mat2)
+        return ops.mm(mat1, mat2)
     return MatMulFunction.apply(mat1, mat2)
 
 
@@ -90,6 +100,9 @@ def addmm(
     if torch.compiler.is_compiling():
         check_addmm_args(bias, mat1, mat2, alpha, beta)
         return ops.addmm_op(bias, mat1, mat2, float(alpha), float(beta))
+    if not _records_a_graph(bias, mat1, mat2):
+        check_addmm_args(bias, mat1, mat2, alpha, beta)
+        return ops.addmm(bias, mat1, mat2, alpha, beta)
     return AddMMFunction.apply(bias, mat1, mat2, alpha, beta)
 
 

@@ -10,6 +10,7 @@ from conftest import DEVICE, DTYPES
 from reference import assert_matches
 
 import helion_ops
+from helion_ops import AddMMFunction, MatMulFunction
 
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
 
@@ -156,11 +157,29 @@ def test_empty_dimensions(m, k, n, bias_shape):
     check_addmm(bias, a, b, alpha=2.0, beta=0.5)
 
 
-def test_no_grad_and_output_dtype():
+@pytest.mark.parametrize("why", ["no_grad", "no input requires grad"])
+def test_calls_autograd_would_not_record_skip_the_function(why, monkeypatch):
     a, b = make((37, 50), torch.float16), make((50, 29), torch.float16)
-    with torch.no_grad():
-        out = helion_ops.matmul(a, b)
-    assert out.dtype == torch.float16 and not out.requires_grad
+    bias = make((29,), torch.float16)
+    want_mm = MatMulFunction.apply(a, b).detach()
+    want_addmm = AddMMFunction.apply(bias, a, b, 2.0, 0.5).detach()
+
+    def not_expected(*args):
+        raise AssertionError("the autograd Function ran where autograd records nothing")
+
+    monkeypatch.setattr(MatMulFunction, "apply", not_expected)
+    monkeypatch.setattr(AddMMFunction, "apply", not_expected)
+    if why == "no_grad":
+        with torch.no_grad():
+            out_mm = helion_ops.matmul(a, b)
+            out_addmm = helion_ops.addmm(bias, a, b, alpha=2.0, beta=0.5)
+    else:
+        a, b, bias = a.detach(), b.detach(), bias.detach()
+        out_mm = helion_ops.matmul(a, b)
+        out_addmm = helion_ops.addmm(bias, a, b, alpha=2.0, beta=0.5)
+    for out, want in [(out_mm, want_mm), (out_addmm, want_addmm)]:
+        assert out.dtype == torch.float16 and not out.requires_grad and out.grad_fn is None
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("needs", [(True, False), (False, True)])
