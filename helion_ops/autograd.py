@@ -68,10 +68,9 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     Returns:
         [m, n] tensor of mat1's dtype.
     """
-    if torch.compiler.is_compiling():
-        check_matmul_args(mat1, mat2)
-        return ops.mm_op(mat1, mat2, 1.0)
-    if not _records_a_graph(mat1, mat2):
+    if torch.compiler.is_compiling() or not _records_a_graph(mat1, mat2):
+        # ops.mm is the custom op (with its registered autograd) while compiling, and the
+        # bare launcher in eager calls that autograd does not record.
         check_matmul_args(mat1, mat2)
         return ops.mm(mat1, mat2)
     return MatMulFunction.apply(mat1, mat2)
@@ -97,12 +96,10 @@ def addmm(
     Returns:
         [m, n] tensor of mat1's dtype.
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not _records_a_graph(bias, mat1, mat2):
+        # As in matmul: the custom op while compiling, the launcher otherwise.
         check_addmm_args(bias, mat1, mat2, alpha, beta)
-        return ops.addmm_op(bias, mat1, mat2, float(alpha), float(beta))
-    if not _records_a_graph(bias, mat1, mat2):
-        check_addmm_args(bias, mat1, mat2, alpha, beta)
-        return ops.addmm(bias, mat1, mat2, alpha, beta)
+        return ops.addmm(bias, mat1, mat2, float(alpha), float(beta))
     return AddMMFunction.apply(bias, mat1, mat2, alpha, beta)
 
 
