@@ -148,8 +148,8 @@ def parse_args(argv: list[str]) -> Options:
 
 def _modes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...] | None:
     modes = list(args.mode or ())
-    for flag, mode in (("bwd", "bwd"), ("fwd_bwd", "fwd_bwd"), ("fwd_no_grad", "fwd_no_grad")):
-        if getattr(args, flag) and mode not in modes:
+    for mode in ("bwd", "fwd_bwd", "fwd_no_grad"):  # --bwd, --fwd-bwd, --fwd-no-grad
+        if getattr(args, mode) and mode not in modes:
             modes.append(mode)
     unknown = [mode for mode in modes if mode not in MODES]
     if unknown:
