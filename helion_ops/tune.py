@@ -2,12 +2,16 @@
 
 For every shape of the standard set it times (with the split-K kernel where the launchers use
 it), for the three matmuls of a forward and backward
-(``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a short list of candidate configs plus
-Helion's own heuristic default against ``torch.mm`` on the same operands, and keeps the
-fastest. With ``--autotune`` it also runs Helion's autotuner (effort from
-``HELION_AUTOTUNE_EFFORT``) and adds its winner to the candidates. Results are written after
-every key, with the GPU, versions and date, so a run cut short resumes where it stopped
-(``--force`` re-measures keys already in the table).
+(``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a list of candidate configs sized to the
+output plus Helion's own heuristic default against ``torch.mm`` on the same operands, and keeps
+the fastest. Times are GPU times under CUDA graphs (``triton.testing.do_bench_cudagraph``, L2
+not flushed), the measure of tritonbench's ``--cudagraph`` that the targets use. The
+candidates of a key are first compiled in parallel worker processes (``--jobs``), which fill
+Triton's on-disk cache, so the timing process loads rather than compiles them. With
+``--autotune`` it also runs Helion's autotuner (effort from ``HELION_AUTOTUNE_EFFORT``) and
+adds its winner to the candidates. Results are written after every key, with the GPU, versions
+and date, so a run cut short resumes where it stopped (``--force`` re-measures keys already in
+the table).
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import argparse
 import datetime
 import importlib.metadata
 import json
+import multiprocessing
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import helion
@@ -44,33 +51,77 @@ ADDMM_SHAPES = [
 ] + [(1024, 1024, 1024), (8192, 8192, 8192)]
 
 
-def _config(bm: int, bn: int, bk: int, warps: int, stages: int, pid: str) -> helion.Config:
+def _config(
+    bm: int,
+    bn: int,
+    bk: int,
+    warps: int,
+    stages: int,
+    pid: str,
+    indexing: str = "tensor_descriptor",
+) -> helion.Config:
     return helion.Config(
         block_sizes=[bm, bn, bk],
         num_warps=warps,
         num_stages=stages,
         pid_type=pid,
-        l2_groupings=[8],
-        indexing="tensor_descriptor",
+        l2_groupings=[8 if indexing == "tensor_descriptor" else 1],
+        indexing=indexing,
         range_unroll_factors=[0, 0],
         range_num_stages=[0, 0],
     )
 
 
+# Large outputs: the tile shapes of cuBLAS's and Triton's Hopper matmuls, tensor descriptors.
 CANDIDATES = [
     _config(128, 256, 64, 8, 3, "persistent_interleaved"),
+    _config(128, 256, 64, 8, 4, "persistent_interleaved"),
+    _config(128, 256, 64, 8, 3, "persistent_blocked"),
     _config(128, 256, 64, 8, 4, "flat"),
+    _config(128, 256, 64, 8, 3, "flat"),
     _config(256, 128, 64, 8, 3, "persistent_interleaved"),
+    _config(256, 128, 64, 8, 4, "flat"),
     _config(128, 128, 64, 4, 4, "persistent_interleaved"),
     _config(128, 128, 64, 8, 4, "flat"),
+    _config(128, 128, 128, 8, 3, "persistent_interleaved"),
+    _config(64, 256, 64, 4, 4, "persistent_interleaved"),
+    _config(64, 256, 64, 8, 4, "flat"),
     _config(64, 128, 64, 4, 4, "flat"),
-    _config(64, 64, 128, 4, 3, "flat"),
-    # Small outputs (512^2, 1024^2): more tiles than SMs only with small ones.
-    _config(128, 64, 64, 4, 4, "flat"),
-    _config(64, 64, 64, 4, 4, "flat"),
-    _config(32, 64, 128, 4, 4, "flat"),
-    _config(64, 64, 64, 4, 4, "persistent_interleaved"),
+    _config(128, 256, 64, 8, 4, "flat", "pointer"),
+    _config(128, 128, 64, 4, 5, "flat", "pointer"),
+    _config(64, 128, 64, 4, 4, "flat", "pointer"),
 ]
+
+# Small outputs (up to 1024^2): tiles small enough to give every SM work, pointer indexing
+# (a tensor descriptor is built on the device per program, which costs more than it saves
+# when each program runs a few K steps).
+SMALL_CANDIDATES = [
+    _config(bm, bn, bk, warps, stages, "flat", "pointer")
+    for bm, bn, bk in (
+        (16, 32, 64),
+        (32, 32, 64),
+        (32, 32, 128),
+        (32, 64, 64),
+        (32, 64, 128),
+        (64, 32, 128),
+        (64, 64, 64),
+        (64, 64, 128),
+        (32, 128, 64),
+        (64, 128, 64),
+        (128, 64, 64),
+        (128, 128, 64),
+    )
+    for warps in ((2, 4) if bm * bn <= 64 * 64 else (4, 8))
+    for stages in (3, 5)
+] + [
+    _config(64, 64, 64, 4, 4, "flat"),
+    _config(64, 128, 64, 4, 4, "flat"),
+    _config(128, 64, 64, 4, 4, "flat"),
+    _config(128, 128, 64, 4, 4, "persistent_interleaved"),
+]
+
+SMALL_OUTPUT = 1024 * 1024
+MEDIUM_OUTPUT = 4096 * 1024
 
 
 def _split_config(bm: int, bn: int, bk: int, split_k: int, stages: int) -> helion.Config:
@@ -92,6 +143,17 @@ SPLIT_CANDIDATES = [
 ]
 
 
+def candidates_for(m: int, n: int, k: int) -> list[helion.Config]:
+    """The configs timed for one key (Helion's default comes on top of them)."""
+    if wants_split_k(m, n, k):
+        return SPLIT_CANDIDATES
+    if m * n <= SMALL_OUTPUT:
+        return SMALL_CANDIDATES
+    if m * n <= MEDIUM_OUTPUT:  # 2048^2, 4096x1024: either kind may win
+        return SMALL_CANDIDATES + CANDIDATES
+    return CANDIDATES
+
+
 def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], str]]:
     """The (name, (M, N, K), layout) of the three matmuls in a forward and backward."""
     return [
@@ -101,29 +163,66 @@ def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], 
     ]
 
 
-def operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype):
+def operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype, fill=torch.randn):
     def make(rows: int, cols: int, col_major: bool) -> torch.Tensor:
         if col_major:
-            return torch.randn(cols, rows, device="cuda", dtype=dtype).T
-        return torch.randn(rows, cols, device="cuda", dtype=dtype)
+            return fill(cols, rows, device="cuda", dtype=dtype).T
+        return fill(rows, cols, device="cuda", dtype=dtype)
 
     return make(m, k, layout[0] == "c"), make(k, n, layout[1] == "c")
 
 
 def bench(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    """Milliseconds per call on the GPU, replayed from a CUDA graph (median)."""
+    return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
 
 
-def tune_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: bool) -> dict:
-    """Time every candidate on one key; return the table entry of the fastest."""
-    a, b = operands(m, n, k, layout, dtype)
+def _bound(m: int, n: int, k: int, layout: str, dtype: torch.dtype, fill=torch.randn):
+    a, b = operands(m, n, k, layout, dtype, fill)
     split_k = wants_split_k(m, n, k)
     args = (a, b) if split_k else (a, b, scaled(1.0))
-    bound = _kernel_for(dtype, split_k).bind(args)
-    candidates = [
-        bound.config_spec.default_config(),
-        *(SPLIT_CANDIDATES if split_k else CANDIDATES),
-    ]
+    return _kernel_for(dtype, split_k).bind(args), args
+
+
+def _compile_into_cache(job: tuple) -> int:
+    """In a worker: compile and launch each config once (on uninitialized operands), so that
+    Triton's on-disk cache holds it. Returns how many compiled."""
+    m, n, k, layout, dtype_name, config_dicts = job
+    bound, args = _bound(m, n, k, layout, getattr(torch, dtype_name), fill=torch.empty)
+    compiled = 0
+    for config in config_dicts:
+        try:
+            bound.compile_config(helion.Config(**config))(*args)
+            compiled += 1
+        except Exception:  # the timing process reports it
+            pass
+    torch.cuda.synchronize()
+    return compiled
+
+
+def compile_in_parallel(
+    m: int, n: int, k: int, layout: str, dtype: torch.dtype, configs_: list, jobs: int
+) -> None:
+    """Compile one key's configs in ``jobs`` worker processes (spawned: CUDA cannot fork)."""
+    if jobs <= 1:
+        return
+    dtype_name = str(dtype).removeprefix("torch.")
+    chunks = [[dict(c) for c in configs_[i::jobs]] for i in range(jobs)]
+    work = [(m, n, k, layout, dtype_name, chunk) for chunk in chunks if chunk]
+    with ProcessPoolExecutor(len(work), mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_compile_into_cache, work))
+
+
+def tune_key(
+    m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: bool, jobs: int = 1
+) -> dict:
+    """Time every candidate on one key; return the table entry of the fastest."""
+    bound, args = _bound(m, n, k, layout, dtype)
+    a, b = args[0], args[1]
+    candidates = [bound.config_spec.default_config(), *candidates_for(m, n, k)]
+    started = time.monotonic()
+    compile_in_parallel(m, n, k, layout, dtype, candidates, jobs)
+    compiled = time.monotonic()
     if autotune:
         candidates.append(bound.autotune(args, force=True))
     aten_ms = bench(lambda: torch.mm(a, b))
@@ -135,6 +234,16 @@ def tune_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: 
             timings.append((bench(lambda run=run: run(*args)), config))
         except Exception as error:  # a config the shape cannot take: skip it, say so
             print(f"    skipped {dict(config)}: {type(error).__name__}: {error}"[:200])
+    print(
+        f"    {len(timings)}/{len(candidates)} configs ran; compile {compiled - started:.0f} s, "
+        f"timing {time.monotonic() - compiled:.0f} s"
+    )
+    for ms, config in sorted(timings, key=lambda t: t[0])[:3]:
+        c = dict(config)
+        print(
+            f"    {ms:.5f} ms ({aten_ms / ms:.3f}x) {c['block_sizes']} w{c['num_warps']} "
+            f"s{c['num_stages']} {c.get('pid_type', 'flat')} {c.get('indexing')}"
+        )
     best_ms, best = min(timings, key=lambda t: t[0])
     return {
         "m": m,
@@ -175,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
     parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(16, os.cpu_count() or 1),
+        help="worker processes that compile each key's candidates (1: compile while timing)",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("helion_ops.tune needs a CUDA GPU", file=sys.stderr)
@@ -207,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"budget spent: {len(keys) - i + 1} keys left; run again to resume")
             break
         print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout}", flush=True)
-        entry = tune_key(m, n, k, layout, dtype, args.autotune)
+        entry = tune_key(m, n, k, layout, dtype, args.autotune, args.jobs)
         entries[(m, n, k, args.dtype, layout)] = entry
         print(
             f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
