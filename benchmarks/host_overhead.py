@@ -63,6 +63,8 @@ def main() -> None:
         "host function, DirectLauncher": per_call_us(lambda: host_fn(ad, bd, epilogue)),
         "host function, Triton's JIT launch": per_call_us(lambda: host_fn.func(ad, bd, epilogue)),
         "helion_ops.matmul": per_call_us(lambda: helion_ops.matmul(ad, bd)),
+        "torch.mm, inputs require grad": per_call_us(lambda: torch.mm(a, b)),
+        "helion_ops.matmul, inputs require grad": per_call_us(lambda: helion_ops.matmul(a, b)),
         "launch_mm (no checks, no autograd)": per_call_us(lambda: launch_mm(ad, bd)),
         "ops.mm_op (custom-op dispatch)": per_call_us(lambda: ops.mm_op(ad, bd, 1.0)),
         "torch fwd+bwd": per_call_us(fwd_bwd(torch.mm), calls=500),
