@@ -30,7 +30,7 @@ def check_matrix(name: str, t: object) -> None:
 
 
 def _check_device(name: str, t: torch.Tensor) -> None:
-    if t.device.type == "cuda":
+    if t.is_cuda:
         return
     if t.device.type == "cpu" and (
         os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("HELION_INTERPRET") == "1"

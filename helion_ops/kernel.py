@@ -22,6 +22,7 @@ Triton's per-call argument binding.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -121,6 +122,11 @@ class DirectLauncher:
 
 _compiled: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
 
+# Whether this context has had Triton's scratch allocator set (see ``_run``). The allocator is
+# a ContextVar, so a flag of the same kind follows it exactly; Helion's setter re-imports
+# Triton's module on every call (about 6 microseconds).
+_allocator_set = contextvars.ContextVar("helion_ops_allocator_set", default=False)
+
 
 def reset() -> None:
     """Forget every compiled specialization (after changing a kernel's settings)."""
@@ -161,7 +167,9 @@ def _run(
     # Kernels with tensor descriptors need Triton's scratch allocator, a thread-local setting
     # that Helion's generated module sets once, in the thread that first compiled it: a
     # kernel compiled in autograd's backward thread would fail in the caller's thread.
-    set_triton_allocator()
+    if not _allocator_set.get():
+        set_triton_allocator()
+        _allocator_set.set(True)
     return compiled(*args)
 
 

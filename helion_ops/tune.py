@@ -24,7 +24,7 @@ import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import helion
@@ -184,47 +184,41 @@ def _bound(m: int, n: int, k: int, layout: str, dtype: torch.dtype, fill=torch.r
     return _kernel_for(dtype, split_k).bind(args), args
 
 
-def _compile_into_cache(job: tuple) -> int:
+def _compile_into_cache(job: tuple) -> None:
     """In a worker: compile and launch each config once (on uninitialized operands), so that
-    Triton's on-disk cache holds it. Returns how many compiled."""
+    Triton's on-disk cache holds it; the timing process reports configs that fail."""
     m, n, k, layout, dtype_name, config_dicts = job
     bound, args = _bound(m, n, k, layout, getattr(torch, dtype_name), fill=torch.empty)
-    compiled = 0
     for config in config_dicts:
         try:
             bound.compile_config(helion.Config(**config))(*args)
-            compiled += 1
-        except Exception:  # the timing process reports it
+        except Exception:
             pass
     torch.cuda.synchronize()
-    return compiled
 
 
-def compile_in_parallel(
-    m: int, n: int, k: int, layout: str, dtype: torch.dtype, configs_: list, jobs: int
-) -> None:
-    """Compile one key's configs in ``jobs`` worker processes (spawned: CUDA cannot fork)."""
-    if jobs <= 1:
-        return
+def candidates_of_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype) -> list:
+    """Helion's default for the key, then ``candidates_for``."""
+    bound, _ = _bound(m, n, k, layout, dtype, fill=torch.empty)
+    return [bound.config_spec.default_config(), *candidates_for(m, n, k)]
+
+
+def compile_jobs(m: int, n: int, k: int, layout: str, dtype: torch.dtype, candidates: list):
+    """Work for ``_compile_into_cache``: a key's candidates, two per job."""
     dtype_name = str(dtype).removeprefix("torch.")
-    chunks = [[dict(c) for c in configs_[i::jobs]] for i in range(jobs)]
-    work = [(m, n, k, layout, dtype_name, chunk) for chunk in chunks if chunk]
-    with ProcessPoolExecutor(len(work), mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_compile_into_cache, work))
+    dicts = [dict(c) for c in candidates]
+    return [(m, n, k, layout, dtype_name, dicts[i : i + 2]) for i in range(0, len(dicts), 2)]
 
 
 def tune_key(
-    m: int, n: int, k: int, layout: str, dtype: torch.dtype, autotune: bool, jobs: int = 1
+    m: int, n: int, k: int, layout: str, dtype: torch.dtype, candidates: list, autotune: bool
 ) -> dict:
     """Time every candidate on one key; return the table entry of the fastest."""
     bound, args = _bound(m, n, k, layout, dtype)
     a, b = args[0], args[1]
-    candidates = [bound.config_spec.default_config(), *candidates_for(m, n, k)]
     started = time.monotonic()
-    compile_in_parallel(m, n, k, layout, dtype, candidates, jobs)
-    compiled = time.monotonic()
     if autotune:
-        candidates.append(bound.autotune(args, force=True))
+        candidates = [*candidates, bound.autotune(args, force=True)]
     aten_ms = bench(lambda: torch.mm(a, b))
     timings = []
     for config in candidates:
@@ -234,10 +228,7 @@ def tune_key(
             timings.append((bench(lambda run=run: run(*args)), config))
         except Exception as error:  # a config the shape cannot take: skip it, say so
             print(f"    skipped {dict(config)}: {type(error).__name__}: {error}"[:200])
-    print(
-        f"    {len(timings)}/{len(candidates)} configs ran; compile {compiled - started:.0f} s, "
-        f"timing {time.monotonic() - compiled:.0f} s"
-    )
+    print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
     for ms, config in sorted(timings, key=lambda t: t[0])[:3]:
         c = dict(config)
         print(
@@ -270,6 +261,24 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
+    table = {
+        "device": torch.cuda.get_device_name(),
+        "arch": arch,
+        "versions": {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "helion": importlib.metadata.version("helion"),
+        },
+        "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "entries": sorted(
+            entries.values(), key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["dtype"])
+        ),
+    }
+    output.write_text(json.dumps(table, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
@@ -287,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=min(16, os.cpu_count() or 1),
-        help="worker processes that compile each key's candidates (1: compile while timing)",
+        default=max(1, min(16, (os.cpu_count() or 1) - 2)),
+        help="worker processes that compile candidates ahead of timing (1: compile while timing)",
     )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -317,33 +326,34 @@ def main(argv: list[str] | None = None) -> int:
         given[given.index("--output") + 1] = output.name
     command = " ".join(["python -m helion_ops.tune", *given])
     start = time.monotonic()
-    for i, (m, n, k, _, layout) in enumerate(keys, 1):
-        if time.monotonic() - start > args.budget_s:
-            print(f"budget spent: {len(keys) - i + 1} keys left; run again to resume")
-            break
-        print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout}", flush=True)
-        entry = tune_key(m, n, k, layout, dtype, args.autotune, args.jobs)
-        entries[(m, n, k, args.dtype, layout)] = entry
-        print(
-            f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
-            f"speedup {entry['speedup_vs_aten']}",
-            flush=True,
-        )
-        table = {
-            "device": torch.cuda.get_device_name(),
-            "arch": arch,
-            "versions": {
-                "torch": torch.__version__,
-                "triton": triton.__version__,
-                "helion": importlib.metadata.version("helion"),
-            },
-            "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": command,
-            "entries": sorted(
-                entries.values(), key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["dtype"])
-            ),
-        }
-        output.write_text(json.dumps(table, indent=1) + "\n")
+    candidates = {key: candidates_of_key(*key[:3], key[4], dtype) for key in keys}
+    pool = None
+    compiling: dict[tuple, list[Future]] = {key: [] for key in keys}
+    if args.jobs > 1:
+        # Workers compile every key's candidates in order while this process times the
+        # earlier keys (CUDA-graph replay times are GPU times, unaffected by host load).
+        pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"))
+        for key in keys:
+            jobs = compile_jobs(*key[:3], key[4], dtype, candidates[key])
+            compiling[key] = [pool.submit(_compile_into_cache, job) for job in jobs]
+    try:
+        for i, key in enumerate(keys, 1):
+            if time.monotonic() - start > args.budget_s:
+                print(f"budget spent: {len(keys) - i + 1} keys left; run again to resume")
+                break
+            m, n, k, _, layout = key
+            print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout}", flush=True)
+            wait(compiling[key])
+            entries[key] = entry = tune_key(m, n, k, layout, dtype, candidates[key], args.autotune)
+            print(
+                f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
+                f"speedup {entry['speedup_vs_aten']}",
+                flush=True,
+            )
+            write_table(output, entries, arch, command)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return 0
 
 
