@@ -75,7 +75,6 @@ def _config(
 # Large outputs: the tile shapes of cuBLAS's and Triton's Hopper matmuls, tensor descriptors.
 CANDIDATES = [
     _config(128, 256, 64, 8, 3, "persistent_interleaved"),
-    _config(128, 256, 64, 8, 4, "persistent_interleaved"),
     _config(128, 256, 64, 8, 3, "persistent_blocked"),
     _config(128, 256, 64, 8, 4, "flat"),
     _config(128, 256, 64, 8, 3, "flat"),
