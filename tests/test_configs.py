@@ -146,3 +146,41 @@ def test_tune_shape_flag_parses_mxnxk():
     assert tune.parse_shape("1024x512X256") == (1024, 512, 256)
     with pytest.raises(argparse.ArgumentTypeError, match="--shape"):
         tune.parse_shape("1024x512")
+
+
+@pytest.mark.parametrize(
+    "mnk,kind",
+    [
+        ((512, 512, 512), "small"),
+        ((1024, 1024, 1024), "small"),
+        ((4096, 1024, 1024), "medium"),
+        ((8192, 8192, 8192), "large"),
+        ((1536, 512, 20120), "split"),
+    ],
+)
+def test_tune_candidates_are_sized_to_the_output(mnk, kind):
+    want = {
+        "small": tune.SMALL_CANDIDATES,
+        "medium": tune.SMALL_CANDIDATES + tune.CANDIDATES,
+        "large": tune.CANDIDATES,
+        "split": tune.SPLIT_CANDIDATES,
+    }[kind]
+    assert tune.candidates_for(*mnk) == want
+    assert (kind == "split") == all("split_k" in c.config for c in want)
+
+
+def test_tune_candidates_are_distinct_and_valid_blocks():
+    for candidates in (tune.SMALL_CANDIDATES, tune.CANDIDATES, tune.SPLIT_CANDIDATES):
+        configs_ = [repr(sorted(c.config.items())) for c in candidates]
+        assert len(set(configs_)) == len(configs_)
+        for c in candidates:
+            assert all(b & (b - 1) == 0 and 16 <= b <= 256 for b in c.config["block_sizes"])
+
+
+def test_tune_compile_jobs_cover_every_candidate_once():
+    candidates = tune.SMALL_CANDIDATES[:5]
+    jobs = tune.compile_jobs(512, 512, 512, "rc", torch.bfloat16, candidates)
+    assert {job[:5] for job in jobs} == {(512, 512, 512, "rc", "bfloat16")}
+    shipped = [config for job in jobs for config in job[5]]
+    assert shipped == [dict(c) for c in candidates]
+    assert all(helion.Config(**config) == c for config, c in zip(shipped, candidates, strict=True))
