@@ -171,6 +171,11 @@ def operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype, fill=torch
     return make(m, k, layout[0] == "c"), make(k, n, layout[1] == "c")
 
 
+# How ``bench`` times, recorded in each entry (entries before 2026-11-30 say "do_bench,
+# L2 flushed": one launch per timing, the cache emptied before each).
+TIMING = "do_bench_cudagraph, L2 warm"
+
+
 def bench(fn) -> float:
     """Milliseconds per call on the GPU, replayed from a CUDA graph (median)."""
     return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
@@ -245,6 +250,7 @@ def tune_key(
         "ms": round(best_ms, 5),
         "aten_ms": round(aten_ms, 5),
         "speedup_vs_aten": round(aten_ms / best_ms, 3),
+        "timing": TIMING,
         "default_ms": round(timings[0][0], 5) if timings[0][1] is candidates[0] else None,
         "measured_on": torch.cuda.get_device_name(),
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
