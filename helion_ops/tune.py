@@ -233,13 +233,14 @@ def tune_key(
         except Exception as error:  # a config the shape cannot take: skip it, say so
             print(f"    skipped {dict(config)}: {type(error).__name__}: {error}"[:200])
     print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
-    for ms, config in sorted(timings, key=lambda t: t[0])[:3]:
+    ranked = sorted(timings, key=lambda t: t[0])
+    for ms, config in ranked[:3]:
         c = dict(config)
         print(
             f"    {ms:.5f} ms ({aten_ms / ms:.3f}x) {c['block_sizes']} w{c['num_warps']} "
             f"s{c['num_stages']} {c.get('pid_type', 'flat')} {c.get('indexing')}"
         )
-    best_ms, best = min(timings, key=lambda t: t[0])
+    best_ms, best = ranked[0]
     return {
         "m": m,
         "n": n,
