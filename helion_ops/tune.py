@@ -59,7 +59,18 @@ def _config(
     stages: int,
     pid: str,
     indexing: str = "tensor_descriptor",
+    *,
+    flatten: bool = False,
+    sm_multiplier: int = 1,
 ) -> helion.Config:
+    """One candidate. ``flatten``: Triton flattens a persistent kernel's tile loop and K loop
+    into one software pipeline, so the next tile's loads overlap this tile's epilogue.
+    ``sm_multiplier``: persistent programs per SM (2 where two fit in shared memory)."""
+    extra = {}
+    if flatten:
+        extra["range_flattens"] = [True, None]
+    if sm_multiplier != 1:
+        extra["num_sm_multiplier"] = sm_multiplier
     return helion.Config(
         block_sizes=[bm, bn, bk],
         num_warps=warps,
@@ -69,6 +80,7 @@ def _config(
         indexing=indexing,
         range_unroll_factors=[0, 0],
         range_num_stages=[0, 0],
+        **extra,
     )
 
 
@@ -89,6 +101,18 @@ CANDIDATES = [
     _config(128, 256, 64, 8, 4, "flat", "pointer"),
     _config(128, 128, 64, 4, 5, "flat", "pointer"),
     _config(64, 128, 64, 4, 4, "flat", "pointer"),
+    # Flattened persistent loops (Triton's own Hopper persistent matmul): for short K loops,
+    # such as the tall products with K of 256 to 1536, where every tile's store would
+    # otherwise stall the next tile's loads.
+    _config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True),
+    _config(128, 256, 64, 8, 3, "persistent_blocked", flatten=True),
+    _config(256, 128, 64, 8, 3, "persistent_interleaved", flatten=True),
+    _config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True),
+    _config(128, 128, 64, 8, 4, "persistent_interleaved", flatten=True),
+    _config(128, 128, 128, 8, 3, "persistent_interleaved", flatten=True),
+    # Two programs per SM (2 stages: 64 KiB of operands and a 32 KiB output tile each).
+    _config(128, 128, 64, 4, 2, "persistent_interleaved", sm_multiplier=2),
+    _config(128, 128, 64, 8, 2, "persistent_interleaved", flatten=True, sm_multiplier=2),
 ]
 
 # Small outputs (up to 1024^2): tiles small enough to give every SM work, pointer indexing
@@ -123,10 +147,12 @@ SMALL_OUTPUT = 1024 * 1024
 MEDIUM_OUTPUT = 4096 * 1024
 
 
-def _split_config(bm: int, bn: int, bk: int, split_k: int, stages: int) -> helion.Config:
+def _split_config(
+    bm: int, bn: int, bk: int, split_k: int, stages: int, warps: int = 4
+) -> helion.Config:
     return helion.Config(
         block_sizes=[bm, bn, bk],
-        num_warps=4,
+        num_warps=warps,
         num_stages=stages,
         split_k=split_k,
         range_unroll_factors=[0, 0],
@@ -134,11 +160,15 @@ def _split_config(bm: int, bn: int, bk: int, split_k: int, stages: int) -> helio
     )
 
 
-# For the split-K kernel (shapes where ``wants_split_k``): small tiles, K cut in 8 to 64.
+# For the split-K kernel (shapes where ``wants_split_k``): K cut in 8 to 64, tiles up to
+# 128x256 (the largest output of these keys, 256x768, is 6 such tiles).
 SPLIT_CANDIDATES = [
-    _split_config(bm, bn, 64, split_k, 4)
-    for bm, bn in ((64, 64), (128, 64), (128, 128))
-    for split_k in (8, 16, 32, 64)
+    *(
+        _split_config(bm, bn, 64, split_k, 4)
+        for bm, bn in ((64, 64), (128, 64), (128, 128))
+        for split_k in (8, 16, 32, 64)
+    ),
+    *(_split_config(128, 256, 64, split_k, 3, warps=8) for split_k in (8, 16, 32, 64)),
 ]
 
 
