@@ -7,7 +7,8 @@ transposed operand gets its own entry. The answer, in order:
 1. ``HELION_OPS_AUTOTUNE=1``: Helion's own autotuner (effort from ``HELION_AUTOTUNE_EFFORT``,
    e.g. ``quick``), cached on disk by Helion.
 2. On a GPU, the tuned table for its architecture (``tuned/sm90.json``) when it holds the
-   exact (M, N, K, dtype, layout); fp16 falls back to the bf16 entry of the same key.
+   exact (M, N, K, dtype, layout); fp16 falls back to the bf16 entry of the same key. An
+   epilogue that loads (addmm's bias) gets the entry unflattened (``fitted_to_epilogue``).
 3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper).
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
@@ -112,8 +113,27 @@ def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -
         # fp16 and bf16 share tile shapes, shared-memory needs and speeds.
         config = table.get((*key[:3], "bfloat16", key[4]))
     if config is not None:
-        return config
+        return fitted_to_epilogue(bound_kernel, config)
     return bound_kernel.config_spec.default_config()
+
+
+# The memory operations of the plain ``alpha * acc`` epilogue the table is measured on:
+# the loads of x and y and the store of the output.
+PLAIN_MEMORY_OPS = 3
+
+
+def fitted_to_epilogue(bound_kernel: BoundKernel, config: helion.Config) -> helion.Config:
+    """A table entry made to fit a kernel whose epilogue loads (addmm's bias).
+
+    A flattened persistent loop keeps the operands' pipeline buffers live through the
+    epilogue (to prefetch the next tile), so an epilogue load's own shared memory comes on
+    top of them: up to 256 KiB asked for against 227 KiB on sm90. Such kernels run the
+    entry's tile shape unflattened, which fits.
+    """
+    flattens = config.config.get("range_flattens") or []
+    if bound_kernel.config_spec.indexing.length <= PLAIN_MEMORY_OPS or not any(flattens):
+        return config
+    return helion.Config(**{k: v for k, v in config.config.items() if k != "range_flattens"})
 
 
 class _Chosen(BaseAutotuner):

@@ -34,6 +34,7 @@ from helion.autotuner import PowerOfTwoFragment
 from helion.runtime import default_launcher, set_triton_allocator
 from helion.runtime.settings import RefMode
 from triton.compiler import CompiledKernel
+from triton.runtime.errors import OutOfResources
 
 from helion_ops.configs import select_config
 
@@ -149,28 +150,45 @@ def _run(
         (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16) for t in (x, y, *captured)
     ]
     key = (kernel, epilogue and epilogue.__code__, *layouts)
-    compiled = _compiled.get(key)
-    if compiled is None:
-        bound = kernel.bind(args)
-        try:
-            compiled = bound.compile_config(bound.autotune(args, force=False))
-        except helion.exc.BaseError as error:
-            # A table entry must never make a call fail: Helion's default always compiles.
-            warnings.warn(
-                f"helion_ops: the config chosen for {key[2:]} does not compile ({error}); "
-                "using Helion's default",
-                stacklevel=3,
-            )
-            compiled = bound.compile_config(bound.config_spec.default_config())
-        compiled = functools.partial(compiled, _launcher=DirectLauncher())
-        _compiled[key] = compiled
     # Kernels with tensor descriptors need Triton's scratch allocator, a thread-local setting
     # that Helion's generated module sets once, in the thread that first compiled it: a
     # kernel compiled in autograd's backward thread would fail in the caller's thread.
     if not _allocator_set.get():
         set_triton_allocator()
         _allocator_set.set(True)
+    compiled = _compiled.get(key)
+    if compiled is None:
+        return _compile_and_run(kernel, args, key)
     return compiled(*args)
+
+
+def _compile_and_run(
+    kernel: helion.Kernel, args: tuple[Any, ...], key: tuple[Any, ...]
+) -> torch.Tensor:
+    """Compile the chosen config for a new specialization, keep it and run it once.
+
+    A table entry must never make a call fail: where the chosen config does not compile, or
+    Triton finds on the first launch that it needs more shared memory than the GPU has (an
+    epilogue the entry was not measured with), Helion's default, which always fits, is used.
+    """
+    bound = kernel.bind(args)
+    try:
+        compiled = _launchable(bound.compile_config(bound.autotune(args, force=False)))
+        out = compiled(*args)
+    except (helion.exc.BaseError, OutOfResources) as error:
+        warnings.warn(
+            f"helion_ops: the config chosen for {key[2:]} does not run ({error}); "
+            "using Helion's default",
+            stacklevel=4,
+        )
+        compiled = _launchable(bound.compile_config(bound.config_spec.default_config()))
+        out = compiled(*args)
+    _compiled[key] = compiled
+    return out
+
+
+def _launchable(compiled: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    return functools.partial(compiled, _launcher=DirectLauncher())
 
 
 def _kernel_for(dtype: torch.dtype, split_k: bool = False) -> helion.Kernel:

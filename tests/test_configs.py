@@ -136,10 +136,55 @@ def test_a_config_that_does_not_compile_falls_back_to_helions_default(monkeypatc
     kernel.reset()
     bias = torch.randn(19, device=DEVICE)
     a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
-    with pytest.warns(UserWarning, match="does not compile"):
+    with pytest.warns(UserWarning, match="does not run"):
         out = helion_ops.addmm(bias, a, b)
     torch.testing.assert_close(out, torch.addmm(bias, a, b))
     kernel.reset()
+
+
+def test_a_config_out_of_shared_memory_falls_back_to_helions_default(monkeypatch):
+    """Triton reports shared memory only when it compiles, at the first launch."""
+    from triton.runtime.errors import OutOfResources
+
+    import helion_ops
+    from helion_ops import kernel
+
+    chosen = helion.Config(block_sizes=[32, 32, 32], num_warps=4, num_stages=1)
+    monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: chosen)
+    launched = []
+
+    class OutOfSharedMemoryOnce(kernel.DirectLauncher):
+        def __call__(self, *args, **options):
+            launched.append(self)
+            if len(launched) == 1:
+                raise OutOfResources(262168, 232448, "shared memory")
+            return super().__call__(*args, **options)
+
+    monkeypatch.setattr(kernel, "DirectLauncher", OutOfSharedMemoryOnce)
+    kernel.reset()
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
+    with pytest.warns(UserWarning, match="out of resource: shared memory"):
+        out = helion_ops.matmul(a, b)
+    torch.testing.assert_close(out, a @ b)
+    assert len(launched) == 2 and launched[0] is not launched[1]
+    torch.testing.assert_close(helion_ops.matmul(a, b), a @ b)  # the default, kept
+    assert len(launched) == 3 and launched[2] is launched[1]
+    kernel.reset()
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_an_epilogue_that_loads_gets_the_entry_unflattened(with_bias):
+    a, b = torch.randn(256, 64), torch.randn(64, 128)
+    bias = torch.randn(128).expand(256, 128)
+    epilogue = (lambda acc, tile: acc + bias[tile[0], tile[1]]) if with_bias else None
+    bound = matmul_kernel.bind((a, b, epilogue or (lambda acc, tile: acc)))
+    entry = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    fitted = configs.fitted_to_epilogue(bound, entry)
+    if with_bias:
+        assert "range_flattens" not in fitted.config
+        assert {**fitted.config, "range_flattens": [True, None]} == entry.config
+    else:
+        assert fitted is entry
 
 
 def test_tune_shape_flag_parses_mxnxk():

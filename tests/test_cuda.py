@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -56,9 +57,12 @@ def tuned_entries():
     return sorted(configs.tuned_table(arch))
 
 
+@pytest.mark.parametrize("bias_shape", ["none", "mn", "n"])
 @pytest.mark.parametrize("key", tuned_entries(), ids=str)
-def test_every_tuned_config_is_correct(key):
-    """Each table entry, run on its own shape and layout, against the float64 reference."""
+def test_every_tuned_config_is_correct(key, bias_shape):
+    """Each table entry, run on its own shape and layout, against the float64 reference, with
+    the plain epilogue it was measured on and with addmm's bias loads ([m, n] and [n]); an
+    entry that does not fit an epilogue (and falls back with a warning) fails."""
     m, n, k, dtype_name, layout = key
     dtype = getattr(torch, dtype_name)
     a = make((m, k), dtype, transposed=layout[0] == "c").detach()
@@ -66,7 +70,14 @@ def test_every_tuned_config_is_correct(key):
     assert configs.config_key(a, b) == key
     from reference import assert_matches
 
-    assert_matches(f"{key}", helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="helion_ops")
+        if bias_shape == "none":
+            got, same_dtype, want = helion_ops.matmul(a, b), torch.matmul(a, b), 0.0
+        else:
+            bias = make((m, n) if bias_shape == "mn" else (n,), dtype).detach()
+            got, same_dtype, want = helion_ops.addmm(bias, a, b), torch.addmm(bias, a, b), bias
+    assert_matches(f"{key} bias {bias_shape}", got, same_dtype, want + a.double() @ b.double())
 
 
 def test_a_kernel_first_compiled_in_another_thread_runs_in_this_one():
