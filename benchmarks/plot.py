@@ -21,7 +21,7 @@ def plot_metric(rows: list[Row]) -> tuple[str, str] | None:
         (metric name, axis label), or None when neither was measured.
     """
     for metric, label in (
-        ("tflops_corrected", "TFLOP/s (backward FLOPs counted)"),
+        ("tflops_corrected", "TFLOP/s (FLOPs of the timed pass, backward included)"),
         ("latency", "latency (ms)"),
     ):
         if any(isinstance(row.metrics.get(metric), float) for row in rows):

@@ -266,9 +266,13 @@ def tune_key(
     ranked = sorted(timings, key=lambda t: t[0])
     for ms, config in ranked[:3]:
         c = dict(config)
+        flattened = " flattened" if any(c.get("range_flattens") or []) else ""
+        per_sm = f" x{c['num_sm_multiplier']} per SM" if c.get("num_sm_multiplier", 1) > 1 else ""
+        split = f" split_k {c['split_k']}" if "split_k" in c else ""
         print(
             f"    {ms:.5f} ms ({aten_ms / ms:.3f}x) {c['block_sizes']} w{c['num_warps']} "
-            f"s{c['num_stages']} {c.get('pid_type', 'flat')} {c.get('indexing')}"
+            f"s{c['num_stages']} {c.get('pid_type', 'flat')}{flattened}{per_sm}{split} "
+            f"{c.get('indexing', '')}"
         )
     best_ms, best = ranked[0]
     return {
