@@ -244,6 +244,22 @@ def compile_jobs(m: int, n: int, k: int, layout: str, dtype: torch.dtype, candid
     return [(m, n, k, layout, dtype_name, dicts[i : i + 2]) for i in range(0, len(dicts), 2)]
 
 
+def describe(config: helion.Config) -> str:
+    """A config in one line, e.g. '[128, 256, 64] w8 s3 persistent_interleaved flattened'."""
+    c = dict(config)
+    words = [str(c["block_sizes"]), f"w{c['num_warps']}", f"s{c['num_stages']}"]
+    words.append(c.get("pid_type", "flat"))
+    if any(c.get("range_flattens") or []):
+        words.append("flattened")
+    if c.get("num_sm_multiplier", 1) > 1:
+        words.append(f"{c['num_sm_multiplier']} per SM")
+    if "split_k" in c:
+        words.append(f"split_k {c['split_k']}")
+    if "indexing" in c:
+        words.append(str(c["indexing"]))
+    return " ".join(words)
+
+
 def tune_key(
     m: int, n: int, k: int, layout: str, dtype: torch.dtype, candidates: list, autotune: bool
 ) -> dict:
@@ -265,15 +281,7 @@ def tune_key(
     print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
     ranked = sorted(timings, key=lambda t: t[0])
     for ms, config in ranked[:3]:
-        c = dict(config)
-        flattened = " flattened" if any(c.get("range_flattens") or []) else ""
-        per_sm = f" x{c['num_sm_multiplier']} per SM" if c.get("num_sm_multiplier", 1) > 1 else ""
-        split = f" split_k {c['split_k']}" if "split_k" in c else ""
-        print(
-            f"    {ms:.5f} ms ({aten_ms / ms:.3f}x) {c['block_sizes']} w{c['num_warps']} "
-            f"s{c['num_stages']} {c.get('pid_type', 'flat')}{flattened}{per_sm}{split} "
-            f"{c.get('indexing', '')}"
-        )
+        print(f"    {ms:.5f} ms ({aten_ms / ms:.3f}x) {describe(config)}")
     best_ms, best = ranked[0]
     return {
         "m": m,

@@ -187,6 +187,16 @@ def test_an_epilogue_that_loads_gets_the_entry_unflattened(with_bias):
         assert fitted is entry
 
 
+def test_describe_names_what_tells_candidates_apart():
+    flattened = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    assert tune.describe(flattened) == (
+        "[128, 256, 64] w8 s3 persistent_interleaved flattened tensor_descriptor"
+    )
+    two_per_sm = tune._config(128, 128, 64, 4, 2, "persistent_interleaved", sm_multiplier=2)
+    assert "2 per SM" in tune.describe(two_per_sm)
+    assert tune.describe(tune.SPLIT_CANDIDATES[-1]) == "[128, 256, 64] w8 s3 flat split_k 64"
+
+
 def test_tune_shape_flag_parses_mxnxk():
     assert tune.parse_shape("1024x512X256") == (1024, 512, 256)
     with pytest.raises(argparse.ArgumentTypeError, match="--shape"):
