@@ -18,6 +18,7 @@ atol to the rounding error of the baseline's largest value, as NEW's relative ch
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -113,23 +114,37 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
 
 @contextlib.contextmanager
 def _stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
-    """With CUDA graphs, run the block (the forward) on a stream of its own.
+    """With CUDA graphs, run the block (the forward) on the side stream of ``forward_stream``.
 
     Autograd runs each backward op on the stream its forward op ran on. Under ``--cudagraph``
     the timed backward is captured on a side stream, and a forward that ran on the legacy
     default stream puts the backward there, which no capture can include (the capture fails:
-    cudaErrorStreamCaptureInvalidated). A stream of its own joins the capture through the
-    event autograd waits on when the backward starts.
+    cudaErrorStreamCaptureInvalidated). A side stream joins the capture through the event
+    autograd waits on when the backward starts.
     """
     if not use_cuda_graphs:
         yield
         return
     caller = torch.cuda.current_stream()
-    stream = torch.cuda.Stream()
+    stream = forward_stream(caller.device)
     stream.wait_stream(caller)
     with torch.cuda.stream(stream):
         yield
     caller.wait_stream(stream)
+
+
+@functools.cache
+def forward_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream of every backend's forward on a device.
+
+    Every backend of an input gets the same leaf tensors, and a leaf's gradient is
+    accumulated on the stream of the forward that created its accumulator, which lives as
+    long as any graph through it: the baseline's, which tritonbench keeps. Forwards on streams
+    of their own would make every later backend's timed backward synchronize with the
+    baseline's stream (autograd warns: "The AccumulateGrad node's stream does not match");
+    one shared stream gives every backend the same stream layout.
+    """
+    return torch.cuda.Stream(device)
 
 
 # One unit of rounding at the largest value: in fp16/bf16 the final rounding dominates the

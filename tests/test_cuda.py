@@ -100,3 +100,37 @@ def test_a_kernel_first_compiled_in_another_thread_runs_in_this_one():
     want = a.double() @ b.double()
     for name, got in [*outputs.items(), ("this", helion_ops.matmul(a, b))]:
         assert_matches(name, got, torch.matmul(a, b), want)
+
+
+def test_backends_on_shared_leaves_time_their_backward_on_one_stream():
+    """OLD tritonbench's backward support under CUDA graphs: a second backend on the same
+    leaves, while the first's graph lives (tritonbench keeps its baseline), accumulates the
+    leaves' grads without syncing with another stream, and its backward captures and replays.
+    """
+    from types import SimpleNamespace
+
+    from helion_ops.tritonbench_bwd import get_bwd_fn, grad_leaves
+
+    bias, a, b = grad_leaves(
+        [make(s, torch.bfloat16).detach() for s in [(256, 64), (256, 96), (96, 64)]]
+    )
+    op = SimpleNamespace(example_inputs=(bias, a, b), use_cuda_graphs=True)
+    baseline = get_bwd_fn(op, lambda: torch.addmm(bias, a, b))
+    baseline()
+    ours = get_bwd_fn(op, lambda: helion_ops.addmm(bias, a, b))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*AccumulateGrad node's stream")
+        ours()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ours()
+        graph.replay()
+        torch.cuda.synchronize()
+    ours()  # eager again, after the replay: the grads of a fresh call
+    torch.manual_seed(0)
+    dy = 0.1 * torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)  # get_bwd_fn's dy
+    from reference import assert_matches
+
+    want = dy.double() @ b.detach().double().T
+    assert_matches("grad of mat1", a.grad, dy @ b.detach().T, want)
+    torch.testing.assert_close(bias.grad, dy, rtol=0, atol=0)
