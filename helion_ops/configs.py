@@ -7,8 +7,10 @@ transposed operand gets its own entry. The answer, in order:
 1. ``HELION_OPS_AUTOTUNE=1``: Helion's own autotuner (effort from ``HELION_AUTOTUNE_EFFORT``,
    e.g. ``quick``), cached on disk by Helion.
 2. On a GPU, the tuned table for its architecture (``tuned/sm90.json``) when it holds the
-   exact (M, N, K, dtype, layout); fp16 falls back to the bf16 entry of the same key. An
-   epilogue that loads (addmm's bias) gets the entry unflattened (``fitted_to_epilogue``).
+   exact (M, N, K, dtype, layout) for the kernel's epilogue: "plain" (``alpha * acc``) or
+   "bias" (addmm's, which loads a bias tile); fp16 falls back to the bf16 entry of the same
+   key. A bias epilogue without an entry of its own gets the plain entry unflattened
+   (``unflattened``).
 3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper).
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
@@ -54,11 +56,11 @@ def config_key(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, str, st
 
 
 def portable(config: dict) -> dict:
-    """A config that fits every epilogue: per-memory-op lists collapsed or left to Helion.
+    """A plain entry made to fit every epilogue: per-memory-op lists collapsed or left to Helion.
 
-    A table entry is measured on the plain ``alpha * acc`` epilogue (loads of x and y, one
-    store); addmm's epilogue adds a load of the bias, so lists with one entry per load or
-    store would be one short. A uniform ``indexing`` list becomes its single value.
+    A plain entry is measured on the ``alpha * acc`` epilogue (loads of x and y, one store);
+    addmm's epilogue adds a load of the bias, so lists with one entry per load or store would
+    be one short. A uniform ``indexing`` list becomes its single value.
     """
     config = dict(config)
     indexing = config.get("indexing")
@@ -72,17 +74,26 @@ def portable(config: dict) -> dict:
     return config
 
 
+TableKey = tuple[int, int, int, str, str, str]
+
+
 @functools.cache
-def tuned_table(arch: str) -> dict[tuple[int, int, int, str, str], helion.Config]:
-    """The shipped table for a GPU architecture such as 'sm90'; empty if none ships."""
+def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
+    """The shipped table for a GPU architecture such as 'sm90'; empty if none ships.
+
+    Keys are ``config_key`` plus the epilogue ("plain" or "bias"). A bias entry is measured
+    with the bias load and keeps its per-memory-op lists (x, y, bias, output).
+    """
     path = resources.files("helion_ops") / "tuned" / f"{arch}.json"
     if not path.is_file():
         return {}
-    entries = json.loads(path.read_text())["entries"]
-    return {
-        (e["m"], e["n"], e["k"], e["dtype"], e["layout"]): helion.Config(**portable(e["config"]))
-        for e in entries
-    }
+    table = {}
+    for e in json.loads(path.read_text())["entries"]:
+        config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
+        table[e["m"], e["n"], e["k"], e["dtype"], e["layout"], e["epilogue"]] = helion.Config(
+            **config
+        )
+    return table
 
 
 def interpreter_config(m: int, n: int, k: int) -> helion.Config:
@@ -108,30 +119,51 @@ def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -
             config.config["split_k"] = 4
         return config
     table = tuned_table(gpu_arch(a.device))
-    config = table.get(key)
-    if config is None and key[3] == "float16":
-        # fp16 and bf16 share tile shapes, shared-memory needs and speeds.
-        config = table.get((*key[:3], "bfloat16", key[4]))
-    if config is not None:
-        return fitted_to_epilogue(bound_kernel, config)
-    return bound_kernel.config_spec.default_config()
+    config = table_config(table, key, epilogue_of(bound_kernel))
+    if config is None:
+        return bound_kernel.config_spec.default_config()
+    return config
 
 
-# The memory operations of the plain ``alpha * acc`` epilogue the table is measured on:
-# the loads of x and y and the store of the output.
+def table_config(
+    table: dict[TableKey, helion.Config], key: tuple[int, int, int, str, str], epilogue: str
+) -> helion.Config | None:
+    """The table's config for a key and epilogue, or None.
+
+    fp16 takes the bf16 entry where it has none of its own (fp16 and bf16 share tile shapes,
+    shared-memory needs and speeds). A bias epilogue without an entry takes the plain one,
+    ``unflattened``.
+    """
+    dtypes = [key[3], "bfloat16"] if key[3] == "float16" else [key[3]]
+    for dtype in dtypes:
+        config = table.get((*key[:3], dtype, key[4], epilogue))
+        if config is not None:
+            return config
+    if epilogue == "bias":
+        plain = table_config(table, key, "plain")
+        return None if plain is None else unflattened(plain)
+    return None
+
+
+# The memory operations of the plain ``alpha * acc`` epilogue: the loads of x and y and the
+# store of the output. addmm's bias epilogue adds the load of the bias.
 PLAIN_MEMORY_OPS = 3
 
 
-def fitted_to_epilogue(bound_kernel: BoundKernel, config: helion.Config) -> helion.Config:
-    """A table entry made to fit a kernel whose epilogue loads (addmm's bias).
+def epilogue_of(bound_kernel: BoundKernel) -> str:
+    """'plain' for the ``alpha * acc`` epilogue, 'bias' for one that also loads a tile."""
+    return "plain" if bound_kernel.config_spec.indexing.length <= PLAIN_MEMORY_OPS else "bias"
+
+
+def unflattened(config: helion.Config) -> helion.Config:
+    """A plain entry made to fit a bias epilogue.
 
     A flattened persistent loop keeps the operands' pipeline buffers live through the
-    epilogue (to prefetch the next tile), so an epilogue load's own shared memory comes on
-    top of them: up to 256 KiB asked for against 227 KiB on sm90. Such kernels run the
-    entry's tile shape unflattened, which fits.
+    epilogue (to prefetch the next tile), so the bias tile's own shared memory comes on top
+    of them: up to 256 KiB asked for against 227 KiB on sm90. The entry's tile shape runs
+    unflattened, which fits.
     """
-    flattens = config.config.get("range_flattens") or []
-    if bound_kernel.config_spec.indexing.length <= PLAIN_MEMORY_OPS or not any(flattens):
+    if not any(config.config.get("range_flattens") or []):
         return config
     return helion.Config(**{k: v for k, v in config.config.items() if k != "range_flattens"})
 

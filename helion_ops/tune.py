@@ -4,10 +4,12 @@ For every shape of the standard set it times (with the split-K kernel where the 
 it), for the three matmuls of a forward and backward
 (``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a list of candidate configs sized to the
 output plus Helion's own heuristic default against ``torch.mm`` on the same operands, and keeps
-the fastest. Times are GPU times under CUDA graphs (``triton.testing.do_bench_cudagraph``, L2
-not flushed), the measure of tritonbench's ``--cudagraph`` that the targets use. The
-candidates of a key are first compiled in parallel worker processes (``--jobs``), which fill
-Triton's on-disk cache, so the timing process loads rather than compiles them. With
+the fastest. addmm's forward gets keys of its own, timed with its bias epilogue (an [M, N]
+bias, tritonbench's) against ``torch.addmm``. Times are GPU times under CUDA graphs
+(``triton.testing.do_bench_cudagraph``, L2 not flushed), the measure of tritonbench's
+``--cudagraph`` that the targets use. The candidates of a key are first compiled in parallel
+worker processes (``--jobs``), which fill Triton's on-disk cache, so the timing process loads
+rather than compiles them. With
 ``--autotune`` it also runs Helion's autotuner (effort from ``HELION_AUTOTUNE_EFFORT``) and
 adds its winner to the candidates. Results are written after every key, with the GPU, versions
 and date, so a run cut short resumes where it stopped (``--force`` re-measures keys already in
@@ -32,7 +34,7 @@ import torch
 import triton
 
 from helion_ops import configs
-from helion_ops.kernel import _kernel_for, scaled, wants_split_k
+from helion_ops.kernel import _kernel_for, scaled, scaled_plus_bias, wants_split_k
 
 # (M, N, K) of the gemm and addmm targets; addmm's are tritonbench's first 8 default shapes
 # (its (M, K, N) reordered) and two squares.
@@ -58,14 +60,17 @@ def _config(
     warps: int,
     stages: int,
     pid: str,
-    indexing: str = "tensor_descriptor",
+    indexing: str | list[str] = "tensor_descriptor",
     *,
     flatten: bool = False,
     sm_multiplier: int = 1,
 ) -> helion.Config:
-    """One candidate. ``flatten``: Triton flattens a persistent kernel's tile loop and K loop
-    into one software pipeline, so the next tile's loads overlap this tile's epilogue.
-    ``sm_multiplier``: persistent programs per SM (2 where two fit in shared memory)."""
+    """One candidate. ``indexing``: of every memory op, or a list with one per op (x, y,
+    then the bias where the epilogue loads one, then the output). ``flatten``: Triton
+    flattens a persistent kernel's tile loop and K loop into one software pipeline, so the
+    next tile's loads overlap this tile's epilogue. ``sm_multiplier``: persistent programs
+    per SM (2 where two fit in shared memory)."""
+    operand_indexing = indexing if isinstance(indexing, str) else indexing[0]
     extra = {}
     if flatten:
         extra["range_flattens"] = [True, None]
@@ -76,7 +81,7 @@ def _config(
         num_warps=warps,
         num_stages=stages,
         pid_type=pid,
-        l2_groupings=[8 if indexing == "tensor_descriptor" else 1],
+        l2_groupings=[8 if operand_indexing == "tensor_descriptor" else 1],
         indexing=indexing,
         range_unroll_factors=[0, 0],
         range_num_stages=[0, 0],
@@ -143,6 +148,21 @@ SMALL_CANDIDATES = [
     _config(128, 128, 64, 4, 4, "persistent_interleaved"),
 ]
 
+# addmm's forward (bias epilogue): the flattened candidates with the bias loaded by pointer,
+# into registers. Loaded by tensor descriptor, the bias tile takes shared memory on top of
+# the pipeline buffers a flattened loop keeps live through the epilogue, and does not fit.
+BIAS_POINTER = ["tensor_descriptor", "tensor_descriptor", "pointer", "tensor_descriptor"]
+BIAS_CANDIDATES = [
+    _config(128, 256, 64, 8, 3, "persistent_interleaved", BIAS_POINTER, flatten=True),
+    _config(128, 256, 64, 8, 3, "persistent_blocked", BIAS_POINTER, flatten=True),
+    _config(256, 128, 64, 8, 3, "persistent_interleaved", BIAS_POINTER, flatten=True),
+    _config(128, 128, 64, 4, 4, "persistent_interleaved", BIAS_POINTER, flatten=True),
+    _config(128, 128, 64, 8, 4, "persistent_interleaved", BIAS_POINTER, flatten=True),
+    _config(128, 128, 128, 8, 3, "persistent_interleaved", BIAS_POINTER, flatten=True),
+    _config(128, 256, 64, 8, 3, "persistent_interleaved", BIAS_POINTER),
+    _config(128, 256, 64, 8, 4, "flat", BIAS_POINTER),
+]
+
 SMALL_OUTPUT = 1024 * 1024
 MEDIUM_OUTPUT = 4096 * 1024
 
@@ -172,15 +192,16 @@ SPLIT_CANDIDATES = [
 ]
 
 
-def candidates_for(m: int, n: int, k: int) -> list[helion.Config]:
+def candidates_for(m: int, n: int, k: int, epilogue: str = "plain") -> list[helion.Config]:
     """The configs timed for one key (Helion's default comes on top of them)."""
     if wants_split_k(m, n, k):
         return SPLIT_CANDIDATES
     if m * n <= SMALL_OUTPUT:
         return SMALL_CANDIDATES
+    large = CANDIDATES + BIAS_CANDIDATES if epilogue == "bias" else CANDIDATES
     if m * n <= MEDIUM_OUTPUT:  # 2048^2, 4096x1024: either kind may win
-        return SMALL_CANDIDATES + CANDIDATES
-    return CANDIDATES
+        return SMALL_CANDIDATES + large
+    return large
 
 
 def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], str]]:
@@ -190,6 +211,24 @@ def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], 
         ("g@b.T", (m, k, n), "rc"),
         ("a.T@g", (k, n, m), "cr"),
     ]
+
+
+def keys_of(
+    only: str | None, shapes: list | None, dtype: str, epilogue: str | None
+) -> list[tuple[int, int, int, str, str, str]]:
+    """The table keys to tune, in order and once each: the three matmuls of every gemm and
+    addmm shape (``only`` one set, ``shapes`` only these), and addmm's forward with its bias
+    epilogue; ``epilogue`` keeps the keys of that epilogue only."""
+    keys = []
+    for name, standard in (("gemm", GEMM_SHAPES), ("addmm", ADDMM_SHAPES)):
+        for shape in standard:
+            if only not in (None, name) or (shapes and shape not in shapes):
+                continue
+            shape_keys = [(*mnk, dtype, layout, "plain") for _, mnk, layout in matmuls_of(*shape)]
+            if name == "addmm":
+                shape_keys.append((*shape, dtype, "rr", "bias"))
+            keys += [key for key in shape_keys if key not in keys and epilogue in (None, key[5])]
+    return keys
 
 
 def operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype, fill=torch.randn):
@@ -211,18 +250,25 @@ def bench(fn) -> float:
     return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
 
 
-def _bound(m: int, n: int, k: int, layout: str, dtype: torch.dtype, fill=torch.randn):
+def _bound(
+    m: int, n: int, k: int, layout: str, epilogue: str, dtype: torch.dtype, fill=torch.randn
+):
+    """The bound kernel of a key, its arguments, and torch's own call on the same operands."""
     a, b = operands(m, n, k, layout, dtype, fill)
     split_k = wants_split_k(m, n, k)
-    args = (a, b) if split_k else (a, b, scaled(1.0))
-    return _kernel_for(dtype, split_k).bind(args), args
+    if epilogue == "bias":
+        bias = fill(m, n, device="cuda", dtype=dtype)
+        args, aten = (a, b, scaled_plus_bias(1.0, 1.0, bias)), lambda: torch.addmm(bias, a, b)
+    else:
+        args, aten = ((a, b) if split_k else (a, b, scaled(1.0))), lambda: torch.mm(a, b)
+    return _kernel_for(dtype, split_k).bind(args), args, aten
 
 
 def _compile_into_cache(job: tuple) -> None:
     """In a worker: compile and launch each config once (on uninitialized operands), so that
     Triton's on-disk cache holds it; the timing process reports configs that fail."""
-    m, n, k, layout, dtype_name, config_dicts = job
-    bound, args = _bound(m, n, k, layout, getattr(torch, dtype_name), fill=torch.empty)
+    m, n, k, layout, epilogue, dtype_name, config_dicts = job
+    bound, args, _ = _bound(m, n, k, layout, epilogue, getattr(torch, dtype_name), torch.empty)
     for config in config_dicts:
         try:
             bound.compile_config(helion.Config(**config))(*args)
@@ -231,17 +277,20 @@ def _compile_into_cache(job: tuple) -> None:
     torch.cuda.synchronize()
 
 
-def candidates_of_key(m: int, n: int, k: int, layout: str, dtype: torch.dtype) -> list:
+def candidates_of_key(m: int, n: int, k: int, layout: str, epilogue: str, dtype: torch.dtype):
     """Helion's default for the key, then ``candidates_for``."""
-    bound, _ = _bound(m, n, k, layout, dtype, fill=torch.empty)
-    return [bound.config_spec.default_config(), *candidates_for(m, n, k)]
+    bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
+    return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
 
 
-def compile_jobs(m: int, n: int, k: int, layout: str, dtype: torch.dtype, candidates: list):
+def compile_jobs(key: tuple, dtype: torch.dtype, candidates: list):
     """Work for ``_compile_into_cache``: a key's candidates, two per job."""
+    m, n, k, _, layout, epilogue = key
     dtype_name = str(dtype).removeprefix("torch.")
     dicts = [dict(c) for c in candidates]
-    return [(m, n, k, layout, dtype_name, dicts[i : i + 2]) for i in range(0, len(dicts), 2)]
+    return [
+        (m, n, k, layout, epilogue, dtype_name, dicts[i : i + 2]) for i in range(0, len(dicts), 2)
+    ]
 
 
 def describe(config: helion.Config) -> str:
@@ -260,16 +309,14 @@ def describe(config: helion.Config) -> str:
     return " ".join(words)
 
 
-def tune_key(
-    m: int, n: int, k: int, layout: str, dtype: torch.dtype, candidates: list, autotune: bool
-) -> dict:
+def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -> dict:
     """Time every candidate on one key; return the table entry of the fastest."""
-    bound, args = _bound(m, n, k, layout, dtype)
-    a, b = args[0], args[1]
+    m, n, k, _, layout, epilogue = key
+    bound, args, aten = _bound(m, n, k, layout, epilogue, dtype)
     started = time.monotonic()
     if autotune:
         candidates = [*candidates, bound.autotune(args, force=True)]
-    aten_ms = bench(lambda: torch.mm(a, b))
+    aten_ms = bench(aten)
     timings = []
     for config in candidates:
         try:
@@ -289,7 +336,8 @@ def tune_key(
         "k": k,
         "dtype": str(dtype).removeprefix("torch."),
         "layout": layout,
-        "config": configs.portable(dict(best)),
+        "epilogue": epilogue,
+        "config": configs.portable(dict(best)) if epilogue == "plain" else dict(best),
         "ms": round(best_ms, 5),
         "aten_ms": round(aten_ms, 5),
         "speedup_vs_aten": round(aten_ms / best_ms, 3),
@@ -321,7 +369,8 @@ def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
         "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "entries": sorted(
-            entries.values(), key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["dtype"])
+            entries.values(),
+            key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["epilogue"], e["dtype"]),
         ),
     }
     output.write_text(json.dumps(table, indent=1) + "\n")
@@ -332,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--output", type=Path, help="table to write (default: the shipped one)")
     parser.add_argument("--only", choices=["gemm", "addmm"], help="one shape set only")
+    parser.add_argument(
+        "--epilogue", choices=["plain", "bias"], help="only keys of this epilogue (bias: addmm's)"
+    )
     parser.add_argument(
         "--shape",
         type=parse_shape,
@@ -355,18 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     arch = configs.gpu_arch(torch.device("cuda"))
     output = args.output or Path(configs.__file__).parent / "tuned" / f"{arch}.json"
     table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
-    entries = {(e["m"], e["n"], e["k"], e["dtype"], e["layout"]): e for e in table["entries"]}
+    entries = {
+        (e["m"], e["n"], e["k"], e["dtype"], e["layout"], e["epilogue"]): e
+        for e in table["entries"]
+    }
     dtype = getattr(torch, args.dtype)
-    shapes = {"gemm": GEMM_SHAPES, "addmm": ADDMM_SHAPES}
-    keys = []
-    for name in [args.only] if args.only else ["gemm", "addmm"]:
-        for shape in shapes[name]:
-            if args.shape and shape not in args.shape:
-                continue
-            for _, (m, n, k), layout in matmuls_of(*shape):
-                key = (m, n, k, args.dtype, layout)
-                if key not in keys and (args.force or key not in entries):
-                    keys.append(key)
+    keys = [
+        key
+        for key in keys_of(args.only, args.shape, args.dtype, args.epilogue)
+        if args.force or key not in entries
+    ]
 
     # The command as run, with the output path (a machine's own) cut down to its file name.
     given = list(sys.argv[1:] if argv is None else argv)
@@ -374,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         given[given.index("--output") + 1] = output.name
     command = " ".join(["python -m helion_ops.tune", *given])
     start = time.monotonic()
-    candidates = {key: candidates_of_key(*key[:3], key[4], dtype) for key in keys}
+    candidates = {key: candidates_of_key(*key[:3], *key[4:], dtype) for key in keys}
     pool = None
     compiling: dict[tuple, list[Future]] = {key: [] for key in keys}
     if args.jobs > 1:
@@ -382,17 +432,17 @@ def main(argv: list[str] | None = None) -> int:
         # earlier keys (CUDA-graph replay times are GPU times, unaffected by host load).
         pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"))
         for key in keys:
-            jobs = compile_jobs(*key[:3], key[4], dtype, candidates[key])
+            jobs = compile_jobs(key, dtype, candidates[key])
             compiling[key] = [pool.submit(_compile_into_cache, job) for job in jobs]
     try:
         for i, key in enumerate(keys, 1):
             if time.monotonic() - start > args.budget_s:
                 print(f"budget spent: {len(keys) - i + 1} keys left; run again to resume")
                 break
-            m, n, k, _, layout = key
-            print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout}", flush=True)
+            m, n, k, _, layout, epilogue = key
+            print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout} {epilogue}", flush=True)
             wait(compiling[key])
-            entries[key] = entry = tune_key(m, n, k, layout, dtype, candidates[key], args.autotune)
+            entries[key] = entry = tune_key(key, dtype, candidates[key], args.autotune)
             print(
                 f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
                 f"speedup {entry['speedup_vs_aten']}",

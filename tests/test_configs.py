@@ -172,19 +172,49 @@ def test_a_config_out_of_shared_memory_falls_back_to_helions_default(monkeypatch
     kernel.reset()
 
 
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_an_epilogue_that_loads_gets_the_entry_unflattened(with_bias):
+def test_an_epilogue_is_plain_or_loads_a_bias():
     a, b = torch.randn(256, 64), torch.randn(64, 128)
     bias = torch.randn(128).expand(256, 128)
-    epilogue = (lambda acc, tile: acc + bias[tile[0], tile[1]]) if with_bias else None
-    bound = matmul_kernel.bind((a, b, epilogue or (lambda acc, tile: acc)))
+    assert configs.epilogue_of(bound_for(a, b)) == "plain"
+    with_bias = matmul_kernel.bind((a, b, lambda acc, tile: acc + bias[tile[0], tile[1]]))
+    assert configs.epilogue_of(with_bias) == "bias"
+    assert configs.epilogue_of(split_k_kernel.bind((a, b))) == "plain"
+
+
+def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened():
     entry = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
-    fitted = configs.fitted_to_epilogue(bound, entry)
-    if with_bias:
-        assert "range_flattens" not in fitted.config
-        assert {**fitted.config, "range_flattens": [True, None]} == entry.config
-    else:
-        assert fitted is entry
+    fitted = configs.unflattened(entry)
+    assert "range_flattens" not in fitted.config
+    assert {**fitted.config, "range_flattens": [True, None]} == entry.config
+    plain = tune._config(128, 256, 64, 8, 3, "persistent_interleaved")
+    assert configs.unflattened(plain) is plain
+
+
+def test_table_lookup_by_epilogue_then_dtype():
+    """A bias epilogue takes its own entry, else the plain entry unflattened; fp16 takes
+    bf16's entry where it has none; a key not in the table gets None (Helion's default)."""
+    plain = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    bias = tune.BIAS_CANDIDATES[0]
+    fp16_plain = tune._config(128, 128, 64, 4, 4, "flat")
+    table = {
+        (4096, 4096, 512, "bfloat16", "rr", "plain"): plain,
+        (4096, 4096, 512, "float16", "rr", "plain"): fp16_plain,
+        (8192, 8192, 512, "bfloat16", "rr", "plain"): plain,
+        (8192, 8192, 512, "bfloat16", "rr", "bias"): bias,
+    }
+
+    def lookup(m, dtype, layout, epilogue):
+        return configs.table_config(table, (m, m, 512, dtype, layout), epilogue)
+
+    assert lookup(8192, "bfloat16", "rr", "plain") is plain
+    assert lookup(8192, "bfloat16", "rr", "bias") is bias
+    assert lookup(8192, "float16", "rr", "bias") is bias
+    assert lookup(8192, "float16", "rr", "plain") is plain
+    assert lookup(4096, "bfloat16", "rr", "bias") == configs.unflattened(plain)
+    assert lookup(4096, "float16", "rr", "plain") is fp16_plain
+    assert lookup(4096, "float16", "rr", "bias") is fp16_plain
+    assert lookup(4096, "bfloat16", "rc", "plain") is None
+    assert lookup(4096, "float32", "rr", "bias") is None
 
 
 def test_describe_names_what_tells_candidates_apart():
@@ -222,20 +252,63 @@ def test_tune_candidates_are_sized_to_the_output(mnk, kind):
     }[kind]
     assert tune.candidates_for(*mnk) == want
     assert (kind == "split") == all("split_k" in c.config for c in want)
+    with_bias = tune.candidates_for(*mnk, "bias")
+    if kind in ("medium", "large"):
+        assert with_bias == [*want, *tune.BIAS_CANDIDATES]
+    else:
+        assert with_bias == want
+
+
+def test_bias_candidates_load_the_bias_by_pointer():
+    """x, y, bias, output: the generated code loads the bias with tl.load (registers), the
+    operands and the output through tensor descriptors."""
+    a, b = torch.randn(512, 256), torch.randn(256, 512)
+    bias = torch.randn(512, 512)
+    bound = matmul_kernel.bind((a, b, lambda acc, tile: acc + bias[tile[0], tile[1]]))
+    code = bound.to_triton_code(tune.BIAS_CANDIDATES[0])
+    assert code.count("tl.make_tensor_descriptor(") == 3
+    assert code.count("tl.load(") == 1
+    assert "flatten=True" in code
 
 
 def test_tune_candidates_are_distinct_and_valid_blocks():
-    for candidates in (tune.SMALL_CANDIDATES, tune.CANDIDATES, tune.SPLIT_CANDIDATES):
+    every = (tune.SMALL_CANDIDATES, tune.CANDIDATES, tune.BIAS_CANDIDATES, tune.SPLIT_CANDIDATES)
+    for candidates in every:
         configs_ = [repr(sorted(c.config.items())) for c in candidates]
         assert len(set(configs_)) == len(configs_)
         for c in candidates:
             assert all(b & (b - 1) == 0 and 16 <= b <= 256 for b in c.config["block_sizes"])
 
 
+def test_tune_keys_cover_each_matmul_once_and_addmms_bias_epilogue():
+    keys = tune.keys_of(None, None, "bfloat16", None)
+    assert len(keys) == len(set(keys))
+    assert (256, 256, 256, "bfloat16", "cr", "plain") in keys
+    bias_keys = [key for key in keys if key[5] == "bias"]
+    assert bias_keys == [(*s, "bfloat16", "rr", "bias") for s in tune.ADDMM_SHAPES]
+    one = tune.keys_of("addmm", [(20120, 512, 1536)], "float16", None)
+    assert one == [
+        (20120, 512, 1536, "float16", "rr", "plain"),
+        (20120, 1536, 512, "float16", "rc", "plain"),
+        (1536, 512, 20120, "float16", "cr", "plain"),
+        (20120, 512, 1536, "float16", "rr", "bias"),
+    ]
+    assert tune.keys_of("addmm", [(20120, 512, 1536)], "float16", "bias") == one[3:]
+    # 1024^3 is in both sets; its bias key comes with addmm.
+    squares = tune.keys_of(None, [(1024, 1024, 1024)], "bfloat16", None)
+    assert [key[4:] for key in squares] == [
+        ("rr", "plain"),
+        ("rc", "plain"),
+        ("cr", "plain"),
+        ("rr", "bias"),
+    ]
+
+
 def test_tune_compile_jobs_cover_every_candidate_once():
     candidates = tune.SMALL_CANDIDATES[:5]
-    jobs = tune.compile_jobs(512, 512, 512, "rc", torch.bfloat16, candidates)
-    assert {job[:5] for job in jobs} == {(512, 512, 512, "rc", "bfloat16")}
-    shipped = [config for job in jobs for config in job[5]]
+    key = (512, 512, 512, "bfloat16", "rc", "plain")
+    jobs = tune.compile_jobs(key, torch.bfloat16, candidates)
+    assert {job[:6] for job in jobs} == {(512, 512, 512, "rc", "plain", "bfloat16")}
+    shipped = [config for job in jobs for config in job[6]]
     assert shipped == [dict(c) for c in candidates]
     assert all(helion.Config(**config) == c for config, c in zip(shipped, candidates, strict=True))
