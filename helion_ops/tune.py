@@ -324,7 +324,7 @@ def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -
             run(*args)
             timings.append((bench(lambda run=run: run(*args)), config))
         except Exception as error:  # a config the shape cannot take: skip it, say so
-            print(f"    skipped {dict(config)}: {type(error).__name__}: {error}"[:200])
+            print(f"    skipped {describe(config)}: {type(error).__name__}: {error}"[:300])
     print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
     ranked = sorted(timings, key=lambda t: t[0])
     for ms, config in ranked[:3]:
