@@ -30,6 +30,7 @@ from benchmarks.results import (
 )
 from benchmarks.suite import CPU_LATENCY_NOTE, plan_jobs, shard_range
 from benchmarks.tritonbench_runner import (
+    addmm_sizes_need_bias_1d,
     count_inputs,
     has_tolerance_flags,
     run_tritonbench,
@@ -73,7 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     from helion_ops.tritonbench_plugin import register
 
     register()
-    jobs = plan_jobs(options, gpu, has_tolerance_flags=has_tolerance_flags())
+    try:
+        jobs = plan_jobs(
+            options,
+            gpu,
+            has_tolerance_flags=has_tolerance_flags(),
+            addmm_sizes_need_bias_1d=addmm_sizes_need_bias_1d(),
+        )
+    except ValueError as err:
+        print(f"run_bench.py: error: {err}", file=sys.stderr)
+        return 2
     options.output_dir.mkdir(parents=True, exist_ok=True)
     meta = run_metadata(shlex.join([sys.argv[0], *argv]))
     if latency_note:

@@ -95,16 +95,31 @@ def default_backends(op: str, mode: str, gpu: bool) -> list[str]:
     return [*names, b.compiled]
 
 
-def plan_jobs(options: Options, gpu: bool, has_tolerance_flags: bool = False) -> list[Job]:
+# NEW tritonbench's addmm takes --m/--k/--n only with --bias-1D-y (an [N] bias) and otherwise
+# runs its 42 large default shapes: hours in the CPU interpreter, and not what was asked.
+BIAS_1D_FLAGS = ("--bias-1D-y", "1")
+
+
+def plan_jobs(
+    options: Options,
+    gpu: bool,
+    has_tolerance_flags: bool = False,
+    addmm_sizes_need_bias_1d: bool = False,
+) -> list[Job]:
     """One job per (op, mode), the suite's defaults filling what the command line leaves out.
 
     Args:
         options: the parsed command line.
         gpu: whether a CUDA GPU is present.
         has_tolerance_flags: whether tritonbench takes --rtol/--atol (NEW does, OLD does not).
+        addmm_sizes_need_bias_1d: whether tritonbench's addmm ignores --m/--k/--n without
+            --bias-1D-y (NEW does, OLD does not).
 
     Returns:
         The jobs in run order.
+
+    Raises:
+        ValueError: the command line gives addmm sizes that tritonbench would ignore.
     """
     passthrough = options.passthrough
     metrics = options.metrics or (GPU_METRICS if gpu else CPU_METRICS)
@@ -125,8 +140,22 @@ def plan_jobs(options: Options, gpu: bool, has_tolerance_flags: bool = False) ->
                 argv += ["--num-inputs", str(options.num_inputs)]
             if not gpu and not has_flag(passthrough, "--device", "-d"):
                 argv += ["--device", "cpu"]
-            if not gpu and op in CPU_SHAPES and not has_flag(passthrough, "--m", "--n", "--k"):
+            user_sizes = has_flag(passthrough, "--m", "--n", "--k")
+            if not gpu and op in CPU_SHAPES and not user_sizes:
                 argv += CPU_SHAPES[op]
+            if (
+                op == "addmm"
+                and addmm_sizes_need_bias_1d
+                and not has_flag(passthrough, "--bias-1D-y")
+                and (user_sizes or not gpu)
+            ):
+                if user_sizes:
+                    raise ValueError(
+                        "--m/--k/--n: this tritonbench's addmm ignores them (and runs its 42 "
+                        "default shapes) unless --bias-1D-y is also given, which makes the bias "
+                        "[N]: add --bias-1D-y 1, or drop the sizes"
+                    )
+                argv += BIAS_1D_FLAGS
             # NEW tritonbench's default layout (tn) makes b a non-leaf view, and its backward
             # accuracy check then fails every backend, aten included.
             if op == "gemm" and mode in BWD_MODES and not has_flag(passthrough, "--layout"):

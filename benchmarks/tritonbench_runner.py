@@ -10,6 +10,7 @@ import contextlib
 import functools
 import importlib.util
 import inspect
+import io
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,6 +105,27 @@ def has_tolerance_flags() -> bool:
     with _as_sys_argv(argv):
         _, unknown = get_parser().parse_known_args(argv)
     return not unknown
+
+
+@functools.cache
+def addmm_sizes_need_bias_1d() -> bool:
+    """Whether tritonbench's addmm takes ``--m/--k/--n`` only with ``--bias-1D-y``.
+
+    NEW tritonbench's addmm (2026) runs its 42 default shapes, ignoring the sizes, unless
+    ``--bias-1D-y`` is also given (which makes the bias [N]); OLD's has no such flag and always
+    takes the sizes. Detected by the flag in the operator's own parser; False where addmm does
+    not import (it does not run either).
+    """
+    try:
+        from tritonbench.operators.addmm.data_io import parse_args
+    except Exception:
+        return False
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            parse_args(["--bias-1D-y", "1"])
+        except SystemExit:
+            return False
+    return True
 
 
 def count_inputs(argv: Sequence[str]) -> int:

@@ -30,7 +30,11 @@ from benchmarks.suite import (
     plan_jobs,
     shard_range,
 )
-from benchmarks.tritonbench_runner import INSTALL_COMMAND, has_tolerance_flags
+from benchmarks.tritonbench_runner import (
+    INSTALL_COMMAND,
+    addmm_sizes_need_bias_1d,
+    has_tolerance_flags,
+)
 
 TRITONBENCH_CSV = """\
 (M, N, K);aten_matmul-latency;aten_matmul-tflops;helion_matmul_tritonbench-latency;\
@@ -192,6 +196,65 @@ def test_tolerance_flags_are_detected_in_tritonbench_parser(monkeypatch, new):
         assert has_tolerance_flags() is new
     finally:
         has_tolerance_flags.cache_clear()
+
+
+def test_new_addmm_gets_bias_1d_with_the_cpu_sizes_and_refuses_ignored_sizes():
+    """NEW tritonbench's addmm ignores --m/--k/--n without --bias-1D-y."""
+    gemm, _, addmm, _ = plan_jobs(parse_args([]), gpu=False, addmm_sizes_need_bias_1d=True)
+    assert "--m 64 --k 32 --n 48 --bias-1D-y 1" in " ".join(addmm.argv)
+    assert "--bias-1D-y" not in gemm.argv
+    (on_gpu,) = plan_jobs(
+        parse_args(["--op", "addmm", "--mode", "fwd"]), gpu=True, addmm_sizes_need_bias_1d=True
+    )
+    assert "--bias-1D-y" not in on_gpu.argv
+    sized = ["--op", "addmm", "--mode", "fwd", "--m", "1024", "--k", "1024", "--n", "1024"]
+    with pytest.raises(ValueError, match=r"--m/--k/--n.*--bias-1D-y"):
+        plan_jobs(parse_args(sized), gpu=True, addmm_sizes_need_bias_1d=True)
+    (given,) = plan_jobs(
+        parse_args([*sized, "--bias-1D-y", "1"]), gpu=True, addmm_sizes_need_bias_1d=True
+    )
+    assert given.argv.count("--bias-1D-y") == 1
+    (old,) = plan_jobs(parse_args(sized), gpu=True)
+    assert "--bias-1D-y" not in old.argv
+
+
+def fake_addmm_parser(monkeypatch, new: bool):
+    def parse(args):
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--m", type=int)
+        if new:
+            parser.add_argument("--bias-1D-y", type=bool, default=False)
+        return parser.parse_args(args)
+
+    data_io = types.ModuleType("tritonbench.operators.addmm.data_io")
+    data_io.parse_args = parse
+    for name in ("tritonbench", "tritonbench.operators", "tritonbench.operators.addmm"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "tritonbench.operators.addmm.data_io", data_io)
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["NEW", "OLD"])
+def test_addmm_bias_1d_flag_is_detected_in_the_operators_parser(monkeypatch, capsys, new):
+    fake_addmm_parser(monkeypatch, new)
+    addmm_sizes_need_bias_1d.cache_clear()
+    try:
+        assert addmm_sizes_need_bias_1d() is new
+    finally:
+        addmm_sizes_need_bias_1d.cache_clear()
+    assert capsys.readouterr().err == ""  # argparse's complaint about OLD is swallowed
+
+
+def test_main_refuses_addmm_sizes_tritonbench_would_ignore(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(main_module, "tritonbench_import_error", lambda: None)
+    monkeypatch.setattr(main_module, "has_tolerance_flags", lambda: True)
+    monkeypatch.setattr(main_module, "addmm_sizes_need_bias_1d", lambda: True)
+    plugin = types.ModuleType("helion_ops.tritonbench_plugin")
+    plugin.register = lambda: ["gemm", "addmm"]
+    monkeypatch.setitem(sys.modules, "helion_ops.tritonbench_plugin", plugin)
+    argv = ["--op", "addmm", "--m", "1024", "--k", "1024", "--n", "1024"]
+    assert main_module.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    assert "--bias-1D-y" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_ops_pass_through_without_suite_defaults():
