@@ -147,7 +147,6 @@ def plan_jobs(
                 op == "addmm"
                 and addmm_sizes_need_bias_1d
                 and not has_flag(passthrough, "--bias-1D-y")
-                and (user_sizes or not gpu)
             ):
                 if user_sizes:
                     raise ValueError(
@@ -155,7 +154,8 @@ def plan_jobs(
                         "default shapes) unless --bias-1D-y is also given, which makes the bias "
                         "[N]: add --bias-1D-y 1, or drop the sizes"
                     )
-                argv += BIAS_1D_FLAGS
+                if not gpu:
+                    argv += BIAS_1D_FLAGS  # for the CPU sizes above
             # NEW tritonbench's default layout (tn) makes b a non-leaf view, and its backward
             # accuracy check then fails every backend, aten included.
             if op == "gemm" and mode in BWD_MODES and not has_flag(passthrough, "--layout"):

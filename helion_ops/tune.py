@@ -274,8 +274,9 @@ def _compile_into_cache(job: tuple) -> None:
     torch.cuda.synchronize()
 
 
-def candidates_of_key(m: int, n: int, k: int, layout: str, epilogue: str, dtype: torch.dtype):
+def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     """Helion's default for the key, then ``candidates_for``."""
+    m, n, k, _, layout, epilogue = key
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
     return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
 
@@ -421,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         given[given.index("--output") + 1] = output.name
     command = " ".join(["python -m helion_ops.tune", *given])
     start = time.monotonic()
-    candidates = {key: candidates_of_key(*key[:3], *key[4:], dtype) for key in keys}
+    candidates = {key: candidates_of_key(key, dtype) for key in keys}
     pool = None
     compiling: dict[tuple, list[Future]] = {key: [] for key in keys}
     if args.jobs > 1:
