@@ -27,7 +27,7 @@ class MatMulFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return ops.mm_backward(ctx, grad_out, mm=ops.mm)[:2]
+        return ops.mm_backward(ctx, grad_out, mm=ops.mm, mm_pair=ops.mm_pair)[:2]
 
 
 class AddMMFunction(torch.autograd.Function):
@@ -48,7 +48,7 @@ class AddMMFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return ops.addmm_backward(ctx, grad_out, mm=ops.mm)
+        return ops.addmm_backward(ctx, grad_out, mm=ops.mm, mm_pair=ops.mm_pair)
 
 
 def _records_a_graph(*args: object) -> bool:

@@ -10,8 +10,10 @@ transposed operand gets its own entry. The answer, in order:
    exact (M, N, K, dtype, layout) for the kernel's epilogue: "plain" (``alpha * acc``) or
    "bias" (addmm's, which loads a bias tile); fp16 falls back to the bf16 entry of the same
    key. A bias epilogue without an entry of its own gets the plain entry unflattened
-   (``unflattened``).
-3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper).
+   (``unflattened``). The pair kernel (two products in one launch) has entries of its own,
+   whose layout names four operands.
+3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper); for the
+   pair kernel, ``pair_rule``.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
    persistent kernels.
@@ -47,12 +49,18 @@ def operand_layout(t: torch.Tensor) -> str:
     return "s"
 
 
-def config_key(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, str, str]:
-    """The table key of ``a @ b``: (M, N, K, dtype name, layout of a and b, e.g. 'rc')."""
+def config_key(a: torch.Tensor, b: torch.Tensor, *pair: torch.Tensor) -> tuple:
+    """The table key of ``a @ b``: (M, N, K, dtype name, layout of a and b, e.g. 'rc').
+
+    For two products in one launch (``pair_kernel``: ``a @ b`` and ``pair[0] @ pair[1]``)
+    M, N and K are the first product's and the layout names all four operands, e.g. 'rccr'
+    for the backward's ``grad_out @ b.T`` and ``a.T @ grad_out``, whose first product fixes
+    the second.
+    """
     m, k = a.shape
     n = b.shape[1]
     dtype = str(a.dtype).removeprefix("torch.")
-    return m, n, k, dtype, operand_layout(a) + operand_layout(b)
+    return m, n, k, dtype, "".join(operand_layout(t) for t in (a, b, *pair))
 
 
 def portable(config: dict) -> dict:
@@ -96,13 +104,34 @@ def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
     return table
 
 
-def interpreter_config(m: int, n: int, k: int) -> helion.Config:
-    """A config the Triton CPU interpreter runs quickly: power-of-two blocks of 16 to 64."""
+def interpreter_config(*mnks: tuple[int, int, int]) -> helion.Config:
+    """A config the Triton CPU interpreter runs quickly: power-of-two blocks of 16 to 64, for
+    one product's (M, N, K) or for each of a pair's."""
 
     def block(size: int) -> int:
         return min(64, max(16, 1 << max(size - 1, 0).bit_length()))
 
-    return helion.Config(block_sizes=[block(m), block(n), block(k)], num_warps=4, num_stages=1)
+    blocks = [block(size) for mnk in mnks for size in mnk]
+    return helion.Config(block_sizes=blocks, num_warps=4, num_stages=1)
+
+
+def pair_rule(
+    mnk1: tuple[int, int, int], mnk2: tuple[int, int, int], dtype: torch.dtype
+) -> helion.Config:
+    """A pair's config where the table has none: 128x128 tiles where the two products give
+    at least 64 of them (half the SMs), else 64x64; pointer indexing (a few K steps per
+    tile), K blocks of 128 bytes. On the H200 (bf16) these were the best or within 5% of the
+    best of 18 candidates at 256^3, 512^3 and 1024^3."""
+    tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in (mnk1, mnk2))
+    tile = 128 if tiles >= 64 else 64
+    block_k = 128 // dtype.itemsize
+    return helion.Config(
+        block_sizes=[tile, tile, block_k] * 2,
+        num_warps=4,
+        num_stages=4,
+        pid_type="flat",
+        indexing="pointer",
+    )
 
 
 def gpu_arch(device: torch.device) -> str:
@@ -110,19 +139,24 @@ def gpu_arch(device: torch.device) -> str:
     return f"sm{major}{minor}"
 
 
-def choose_config(bound_kernel: BoundKernel, a: torch.Tensor, b: torch.Tensor) -> helion.Config:
-    """The config for ``a @ b`` without any search (rules 2 to 4 above)."""
-    m, n, k, _, _ = key = config_key(a, b)
-    if a.device.type != "cuda":
-        config = interpreter_config(m, n, k)
+def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.Config:
+    """The config for ``a @ b``, or for a pair's ``a1, b1, a2, b2``, without any search (rules
+    2 to 4 above)."""
+    key = config_key(*operands)
+    pairs = zip(operands[::2], operands[1::2], strict=True)
+    mnks = [(a.shape[0], b.shape[1], a.shape[1]) for a, b in pairs]
+    if operands[0].device.type != "cuda":
+        config = interpreter_config(*mnks)
         if "split_k" in bound_kernel.config_spec.user_defined_tunables:
             config.config["split_k"] = 4
         return config
-    table = tuned_table(gpu_arch(a.device))
-    config = table_config(table, key, epilogue_of(bound_kernel))
-    if config is None:
-        return bound_kernel.config_spec.default_config()
-    return config
+    table = tuned_table(gpu_arch(operands[0].device))
+    config = table_config(table, key, epilogue_of(bound_kernel, len(mnks)))
+    if config is not None:
+        return config
+    if len(mnks) == 2:
+        return pair_rule(*mnks, operands[0].dtype)
+    return bound_kernel.config_spec.default_config()
 
 
 def table_config(
@@ -145,14 +179,16 @@ def table_config(
     return None
 
 
-# The memory operations of the plain ``alpha * acc`` epilogue: the loads of x and y and the
-# store of the output. addmm's bias epilogue adds the load of the bias.
+# The memory operations of one product with the plain ``alpha * acc`` epilogue: the loads of
+# x and y and the store of the output. addmm's bias epilogue adds the load of the bias.
 PLAIN_MEMORY_OPS = 3
 
 
-def epilogue_of(bound_kernel: BoundKernel) -> str:
-    """'plain' for the ``alpha * acc`` epilogue, 'bias' for one that also loads a tile."""
-    return "plain" if bound_kernel.config_spec.indexing.length <= PLAIN_MEMORY_OPS else "bias"
+def epilogue_of(bound_kernel: BoundKernel, products: int = 1) -> str:
+    """'plain' for the ``alpha * acc`` epilogue (of each product, for a pair: ``products``
+    2), 'bias' for one that also loads a tile."""
+    memory_ops = bound_kernel.config_spec.indexing.length
+    return "plain" if memory_ops <= PLAIN_MEMORY_OPS * products else "bias"
 
 
 def unflattened(config: helion.Config) -> helion.Config:
@@ -184,6 +220,5 @@ def select_config(
     """Helion ``autotuner_fn``: the table or rule, or Helion's autotuner when opted in."""
     if os.environ.get(AUTOTUNE_ENV, "") not in ("", "0"):
         return default_autotuner_fn(bound_kernel, args, **kwargs)
-    a, b = args[0], args[1]
-    assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-    return _Chosen(choose_config(bound_kernel, a, b))
+    operands = [a for a in args if isinstance(a, torch.Tensor)]
+    return _Chosen(choose_config(bound_kernel, *operands))

@@ -8,7 +8,8 @@ the launchers directly: ``mm`` and ``addmm`` below pick the path.
 
 For ``out = beta * bias + alpha * (mat1 @ mat2)`` and an incoming ``grad_out``:
 ``grad_mat1 = alpha * (grad_out @ mat2.T)`` and ``grad_mat2 = alpha * (mat1.T @ grad_out)``,
-both through the forward kernel on transposed views (no copies), alpha fused in its epilogue;
+both through the forward kernel on transposed views (no copies), alpha fused in its epilogue,
+and in one launch where both are small (``launch_mm_pair``);
 ``grad_bias = beta * grad_out`` summed down to the bias's own shape. Only the gradients in
 ``ctx.needs_input_grad`` are computed, and only the operands they need are saved. The same
 ``setup_*_context`` and ``*_backward`` functions serve the custom ops' registered autograd
@@ -21,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from helion_ops.kernel import launch_addmm, launch_mm
+from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     MM = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+    MMPair = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 @torch.library.custom_op("helion_ops::mm", mutates_args=())
@@ -41,6 +43,21 @@ def addmm_op(
 ) -> torch.Tensor:
     """``beta * bias + alpha * (mat1 @ mat2)`` through the Helion kernel."""
     return launch_addmm(bias, mat1, mat2, alpha, beta)
+
+
+@torch.library.custom_op("helion_ops::mm_pair", mutates_args=())
+def mm_pair_op(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``, in one launch where both are small."""
+    return launch_mm_pair(a1, b1, a2, b2, alpha)
+
+
+@mm_pair_op.register_fake
+def _mm_pair_fake(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return a1.new_empty((a1.shape[0], b1.shape[1])), a2.new_empty((a2.shape[0], b2.shape[1]))
 
 
 @mm_op.register_fake
@@ -71,6 +88,15 @@ def addmm(
     return launch_addmm(bias, mat1, mat2, alpha, beta)
 
 
+def mm_pair(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``, dispatched like :func:`mm`."""
+    if torch.compiler.is_compiling():
+        return mm_pair_op(a1, b1, a2, b2, alpha)
+    return launch_mm_pair(a1, b1, a2, b2, alpha)
+
+
 def _save_operands(
     ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor, needs: tuple[bool, bool]
 ) -> None:
@@ -79,10 +105,12 @@ def _save_operands(
 
 
 def _operand_grads(
-    ctx: Any, needs: tuple[bool, bool], grad_out: torch.Tensor, mm: MM
+    ctx: Any, needs: tuple[bool, bool], grad_out: torch.Tensor, mm: MM, mm_pair: MMPair
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     mat1, mat2 = ctx.saved_tensors
     need_mat1, need_mat2 = needs
+    if need_mat1 and need_mat2:
+        return mm_pair(grad_out, mat2.T, mat1.T, grad_out, ctx.alpha)
     grad_mat1 = mm(grad_out, mat2.T, ctx.alpha) if need_mat1 else None
     grad_mat2 = mm(mat1.T, grad_out, ctx.alpha) if need_mat2 else None
     return grad_mat1, grad_mat2
@@ -95,9 +123,11 @@ def setup_mm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | N
     ctx.alpha = alpha
 
 
-def mm_backward(ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op) -> tuple[Any, ...]:
+def mm_backward(
+    ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op, mm_pair: MMPair = mm_pair_op
+) -> tuple[Any, ...]:
     """Gradients of ``mm(mat1, mat2, alpha)`` for (mat1, mat2, alpha)."""
-    return (*_operand_grads(ctx, ctx.needs_input_grad[:2], grad_out, mm), None)
+    return (*_operand_grads(ctx, ctx.needs_input_grad[:2], grad_out, mm, mm_pair), None)
 
 
 def setup_addmm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:
@@ -108,7 +138,9 @@ def setup_addmm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor 
     ctx.alpha, ctx.beta = alpha, beta
 
 
-def addmm_backward(ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op) -> tuple[Any, ...]:
+def addmm_backward(
+    ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op, mm_pair: MMPair = mm_pair_op
+) -> tuple[Any, ...]:
     """Gradients of ``addmm(bias, mat1, mat2, alpha, beta)`` for all five inputs."""
     grad_bias = None
     if ctx.needs_input_grad[0]:
@@ -116,9 +148,40 @@ def addmm_backward(ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op) -> tuple[An
         # As torch's own addmm backward: beta == 1 costs no pass over an [m, n] gradient.
         if ctx.beta != 1:
             grad_bias = grad_bias * ctx.beta
-    grad_mat1, grad_mat2 = _operand_grads(ctx, ctx.needs_input_grad[1:3], grad_out, mm)
+    needs = ctx.needs_input_grad[1:3]
+    grad_mat1, grad_mat2 = _operand_grads(ctx, needs, grad_out, mm, mm_pair)
     return grad_bias, grad_mat1, grad_mat2, None, None
 
 
+def setup_mm_pair_context(
+    ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    """Autograd context of ``mm_pair(a1, b1, a2, b2, alpha)``: two independent products."""
+    a1, b1, a2, b2, alpha = inputs
+    need = ctx.needs_input_grad
+    ctx.save_for_backward(
+        a1 if need[1] else None,
+        b1 if need[0] else None,
+        a2 if need[3] else None,
+        b2 if need[2] else None,
+    )
+    ctx.alpha = alpha
+
+
+def mm_pair_backward(ctx: Any, grad1: torch.Tensor, grad2: torch.Tensor) -> tuple[Any, ...]:
+    """Gradients of ``mm_pair`` for (a1, b1, a2, b2, alpha): those of each product. (The
+    pair runs in backwards: these are the terms of a double backward.)"""
+    a1, b1, a2, b2 = ctx.saved_tensors
+    need, alpha = ctx.needs_input_grad, ctx.alpha
+    return (
+        mm_op(grad1, b1.T, alpha) if need[0] else None,
+        mm_op(a1.T, grad1, alpha) if need[1] else None,
+        mm_op(grad2, b2.T, alpha) if need[2] else None,
+        mm_op(a2.T, grad2, alpha) if need[3] else None,
+        None,
+    )
+
+
 mm_op.register_autograd(mm_backward, setup_context=setup_mm_context)
+mm_pair_op.register_autograd(mm_pair_backward, setup_context=setup_mm_pair_context)
 addmm_op.register_autograd(addmm_backward, setup_context=setup_addmm_context)

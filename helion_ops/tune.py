@@ -1,19 +1,19 @@
 """Regenerate the tuned config table on a GPU: ``python -m helion_ops.tune``.
 
 For every shape of the standard set it times (with the split-K kernel where the launchers use
-it), for the three matmuls of a forward and backward
-(``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a list of candidate configs sized to the
-output plus Helion's own heuristic default against ``torch.mm`` on the same operands, and keeps
-the fastest. addmm's forward gets keys of its own, timed with its bias epilogue (an [M, N]
-bias, tritonbench's) against ``torch.addmm``. Times are GPU times under CUDA graphs
+it), for the three matmuls of a forward and backward (``a @ b``, ``grad_out @ b.T``,
+``a.T @ grad_out``), a list of candidate configs sized to the output plus Helion's own
+heuristic default against ``torch.mm`` on the same operands, and keeps the fastest. addmm's
+forward gets keys of its own, timed with its bias epilogue (an [M, N] bias, tritonbench's)
+against ``torch.addmm``, and so does the backward's pair of products where it runs in one
+launch (layout 'rccr', against two ``torch.mm``). Times are GPU times under CUDA graphs
 (``triton.testing.do_bench_cudagraph``, L2 not flushed), the measure of tritonbench's
 ``--cudagraph`` that the targets use. The candidates of a key are first compiled in parallel
 worker processes (``--jobs``), which fill Triton's on-disk cache, so the timing process loads
-rather than compiles them. With
-``--autotune`` it also runs Helion's autotuner (effort from ``HELION_AUTOTUNE_EFFORT``) and
-adds its winner to the candidates. Results are written after every key, with the GPU, versions
-and date, so a run cut short resumes where it stopped (``--force`` re-measures keys already in
-the table).
+rather than compiles them. With ``--autotune`` it also runs Helion's autotuner (effort from
+``HELION_AUTOTUNE_EFFORT``) and adds its winner to the candidates. Results are written after
+every key, with the GPU, versions and date, so a run cut short resumes where it stopped
+(``--force`` re-measures keys already in the table).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 import triton
 
 from helion_ops import configs
-from helion_ops.kernel import _kernel_for, scaled, scaled_plus_bias, wants_split_k
+from helion_ops.kernel import _kernel_for, scaled, scaled_plus_bias, wants_pair, wants_split_k
 
 # (M, N, K) of the gemm and addmm targets; addmm's are tritonbench's first 8 default shapes
 # (its (M, K, N) reordered) and two squares.
@@ -160,6 +160,33 @@ BIAS_CANDIDATES = [
     _config(128, 256, 64, 8, 4, "flat", BIAS_POINTER),
 ]
 
+
+def _pair_config(bm: int, bn: int, bk: int, warps: int, stages: int) -> helion.Config:
+    """A candidate for the pair kernel: the same tile for both products."""
+    return helion.Config(
+        block_sizes=[bm, bn, bk] * 2,
+        num_warps=warps,
+        num_stages=stages,
+        pid_type="flat",
+        indexing="pointer",
+        l2_groupings=[1, 1],
+        range_unroll_factors=[0] * 4,
+        range_num_stages=[0] * 4,
+    )
+
+
+# The backward's two products in one launch (outputs up to 1024^2 each): the tiles that won
+# a first sweep of 18 on the H200 (bf16, 256^3 to 1024^3; tensor descriptors and persistent
+# programs never came within 5%).
+PAIR_CANDIDATES = [
+    *(
+        _pair_config(bm, bn, 64, warps, stages)
+        for bm, bn in ((64, 64), (64, 128), (128, 64), (128, 128))
+        for warps, stages in ((4, 3), (4, 4), (8, 4))
+    ),
+    _pair_config(64, 64, 128, 4, 3),
+]
+
 SMALL_OUTPUT = 1024 * 1024
 MEDIUM_OUTPUT = 4096 * 1024
 
@@ -202,12 +229,16 @@ def candidates_for(m: int, n: int, k: int, epilogue: str = "plain") -> list[heli
 
 
 def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], str]]:
-    """The (name, (M, N, K), layout) of the three matmuls in a forward and backward."""
-    return [
+    """The (name, (M, N, K), layout) of the matmuls in a forward and backward: three, and
+    the backward's two as one pair where they run in one launch (M, N, K of its first)."""
+    matmuls = [
         ("a@b", (m, n, k), "rr"),
         ("g@b.T", (m, k, n), "rc"),
         ("a.T@g", (k, n, m), "cr"),
     ]
+    if wants_pair((m, k, n), (k, n, m)):
+        matmuls.append(("g@b.T, a.T@g", (m, k, n), "rccr"))
+    return matmuls
 
 
 def keys_of(
@@ -251,6 +282,12 @@ def _bound(
     m: int, n: int, k: int, layout: str, epilogue: str, dtype: torch.dtype, fill=torch.randn
 ):
     """The bound kernel of a key, its arguments, and torch's own call on the same operands."""
+    if len(layout) == 4:  # a backward's pair: grad_out @ b.T and a.T @ grad_out
+        g, bt = operands(m, n, k, layout[:2], dtype, fill)
+        at, _ = operands(n, k, m, layout[2:], dtype, fill)
+        args = (g, bt, at, g, scaled(1.0), scaled(1.0))
+        aten = lambda: (torch.mm(g, bt), torch.mm(at, g))  # noqa: E731
+        return _kernel_for(dtype, pair=True).bind(args), args, aten
     a, b = operands(m, n, k, layout, dtype, fill)
     split_k = wants_split_k(m, n, k)
     if epilogue == "bias":
@@ -275,8 +312,11 @@ def _compile_into_cache(job: tuple) -> None:
 
 
 def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
-    """Helion's default for the key, then ``candidates_for``."""
+    """What the key gets without an entry (Helion's default; a pair's ``pair_rule``), then
+    ``candidates_for`` (a pair's ``PAIR_CANDIDATES``)."""
     m, n, k, _, layout, epilogue = key
+    if len(layout) == 4:
+        return [configs.pair_rule((m, n, k), (n, k, m), dtype), *PAIR_CANDIDATES]
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
     return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
 
@@ -340,6 +380,7 @@ def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -
         "aten_ms": round(aten_ms, 5),
         "speedup_vs_aten": round(aten_ms / best_ms, 3),
         "timing": TIMING,
+        # What the key runs without its entry: Helion's default, or a pair's ``pair_rule``.
         "default_ms": round(timings[0][0], 5) if timings[0][1] is candidates[0] else None,
         "measured_on": torch.cuda.get_device_name(),
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -84,3 +84,11 @@ def test_opcheck_addmm(bias_shape, requires_grad):
     a = torch.randn(37, 50, device=DEVICE, requires_grad=requires_grad)
     b = torch.randn(50, 29, device=DEVICE, requires_grad=requires_grad)
     torch.library.opcheck(ops.addmm_op, (bias, a, b, 0.5, 2.0))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_mm_pair(requires_grad):
+    a = torch.randn(37, 50, device=DEVICE, requires_grad=requires_grad)
+    b = torch.randn(29, 50, device=DEVICE, requires_grad=requires_grad).T
+    g = torch.randn(37, 29, device=DEVICE, requires_grad=requires_grad)
+    torch.library.opcheck(ops.mm_pair_op, (g, b.T, a.T, g, 1.5))

@@ -15,6 +15,7 @@ from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
     matmul_kernel_tf32,
+    pair_kernel,
     split_k_kernel,
     wants_split_k,
 )
@@ -29,11 +30,25 @@ def test_operand_layout_and_key():
     b = torch.randn(6, 4).T
     assert configs.config_key(a, b) == (8, 6, 4, "float32", "rc")
     assert configs.operand_layout(torch.randn(8, 8)[:, ::2]) == "s"
+    # A pair: the first product's sizes, every operand's layout.
+    g = torch.randn(8, 6)
+    assert configs.config_key(g, b.T, a.T, g) == (8, 4, 6, "float32", "rrcr")
+
+
+def test_pair_configs_give_each_product_its_blocks():
+    assert configs.interpreter_config((8, 100, 40), (1000, 16, 17)).config["block_sizes"] == [
+        *(16, 64, 64),
+        *(64, 16, 32),
+    ]
+    small = configs.pair_rule((512, 512, 512), (512, 512, 512), torch.bfloat16)
+    assert small.config["block_sizes"] == [64, 64, 64] * 2  # 32 tiles of 128x128
+    large = configs.pair_rule((1024, 1024, 1024), (1024, 1024, 1024), torch.float32)
+    assert large.config["block_sizes"] == [128, 128, 32] * 2  # 128 tiles; 4-byte elements
 
 
 @pytest.mark.parametrize("size,block", [(1, 16), (16, 16), (17, 32), (64, 64), (1000, 64)])
 def test_interpreter_blocks(size, block):
-    assert configs.interpreter_config(size, size, size).config["block_sizes"] == [block] * 3
+    assert configs.interpreter_config((size, size, size)).config["block_sizes"] == [block] * 3
 
 
 def test_no_search_by_default(monkeypatch):
@@ -67,7 +82,7 @@ def test_shipped_tables_are_valid():
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
 def test_generated_triton_code_has_a_dot():
     a, b = torch.randn(64, 64), torch.randn(64, 64)
-    code = bound_for(a, b).to_triton_code(configs.interpreter_config(64, 64, 64))
+    code = bound_for(a, b).to_triton_code(configs.interpreter_config((64, 64, 64)))
     assert "tl.dot(" in code
     assert "input_precision='ieee'" in code
 
@@ -87,7 +102,7 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
     assert _kernel_for(torch.float16) is matmul_kernel
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     code = bound_for(a, b, matmul_kernel_tf32).to_triton_code(
-        configs.interpreter_config(64, 64, 64)
+        configs.interpreter_config((64, 64, 64))
     )
     assert "input_precision='tf32'" in code
 
@@ -179,6 +194,8 @@ def test_an_epilogue_is_plain_or_loads_a_bias():
     with_bias = matmul_kernel.bind((a, b, lambda acc, tile: acc + bias[tile[0], tile[1]]))
     assert configs.epilogue_of(with_bias) == "bias"
     assert configs.epilogue_of(split_k_kernel.bind((a, b))) == "plain"
+    pair = pair_kernel.bind((a, b, b.T, a.T, *[lambda acc, tile: acc] * 2))
+    assert configs.epilogue_of(pair, products=2) == "plain"
 
 
 def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened():
@@ -272,7 +289,13 @@ def test_bias_candidates_load_the_bias_by_pointer():
 
 
 def test_tune_candidates_are_distinct_and_valid_blocks():
-    every = (tune.SMALL_CANDIDATES, tune.CANDIDATES, tune.BIAS_CANDIDATES, tune.SPLIT_CANDIDATES)
+    every = (
+        tune.SMALL_CANDIDATES,
+        tune.CANDIDATES,
+        tune.BIAS_CANDIDATES,
+        tune.SPLIT_CANDIDATES,
+        tune.PAIR_CANDIDATES,
+    )
     for candidates in every:
         configs_ = [repr(sorted(c.config.items())) for c in candidates]
         assert len(set(configs_)) == len(configs_)
@@ -294,13 +317,26 @@ def test_tune_keys_cover_each_matmul_once_and_addmms_bias_epilogue():
         (20120, 512, 1536, "float16", "rr", "bias"),
     ]
     assert tune.keys_of("addmm", [(20120, 512, 1536)], "float16", "bias") == one[3:]
-    # 1024^3 is in both sets; its bias key comes with addmm.
+    # 1024^3 is in both sets; its bias key comes with addmm, and its backward's two
+    # products run as one pair.
     squares = tune.keys_of(None, [(1024, 1024, 1024)], "bfloat16", None)
     assert [key[4:] for key in squares] == [
         ("rr", "plain"),
         ("rc", "plain"),
         ("cr", "plain"),
+        ("rccr", "plain"),
         ("rr", "bias"),
+    ]
+    pairs = [key[:3] for key in keys if key[4] == "rccr"]
+    assert pairs == [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024)]
+
+
+def test_tune_starts_a_pair_with_its_rule():
+    key = (48, 40, 32, "float32", "rccr", "plain")
+    candidates = tune.candidates_of_key(key, torch.float32)
+    assert candidates == [
+        configs.pair_rule((48, 40, 32), (40, 32, 48), torch.float32),
+        *tune.PAIR_CANDIDATES,
     ]
 
 

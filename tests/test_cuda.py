@@ -59,7 +59,8 @@ def tuned_entries_and_biases():
     table = configs.tuned_table(arch)
     cases = []
     for key in sorted(table):
-        serves_bias = key[5] == "bias" or (*key[:5], "bias") not in table
+        pair = len(key[4]) == 4
+        serves_bias = not pair and (key[5] == "bias" or (*key[:5], "bias") not in table)
         biases = ["none"] * (key[5] == "plain") + ["mn", "n"] * serves_bias
         cases += [pytest.param(key, bias, id=f"{key}-{bias}") for bias in biases]
     return cases
@@ -73,16 +74,25 @@ def test_every_tuned_config_is_correct(key, bias_shape):
     dtype = getattr(torch, dtype_name)
     a = make((m, k), dtype, transposed=layout[0] == "c").detach()
     b = make((k, n), dtype, transposed=layout[1] == "c").detach()
-    assert configs.config_key(a, b) == key[:5]
     from reference import assert_matches
 
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="helion_ops")
-        if bias_shape == "none":
+        if len(layout) == 4:  # a pair: a @ b (grad_out @ b.T) and at @ a (a.T @ grad_out)
+            at = make((n, m), dtype, transposed=layout[2] == "c").detach()
+            assert configs.config_key(a, b, at, a) == key[:5]
+            assert kernel.wants_pair((m, n, k), (n, k, m))
+            first, second = kernel.launch_mm_pair(a, b, at, a)
+            want = at.double() @ a.double()
+            assert_matches(f"{key} second", second, torch.matmul(at, a), want)
+            got, same_dtype, want = first, torch.matmul(a, b), 0.0
+        elif bias_shape == "none":
             got, same_dtype, want = helion_ops.matmul(a, b), torch.matmul(a, b), 0.0
         else:
             bias = make((m, n) if bias_shape == "mn" else (n,), dtype).detach()
             got, same_dtype, want = helion_ops.addmm(bias, a, b), torch.addmm(bias, a, b), bias
+    if len(layout) == 2:
+        assert configs.config_key(a, b) == key[:5]
     assert_matches(f"{key} bias {bias_shape}", got, same_dtype, want + a.double() @ b.double())
 
 

@@ -10,9 +10,18 @@ from conftest import DEVICE, DTYPES
 from reference import assert_matches
 
 import helion_ops
-from helion_ops import AddMMFunction, MatMulFunction
+from helion_ops import AddMMFunction, MatMulFunction, kernel
 
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
+
+
+@pytest.fixture(params=["pair", "two launches"])
+def backward_launches(request, monkeypatch) -> str:
+    """The backward's two products in one launch where ``wants_pair`` (the default for small
+    shapes), or forced into two launches."""
+    if request.param == "two launches":
+        monkeypatch.setattr(kernel, "wants_pair", lambda *shapes: False)
+    return request.param
 
 
 def make(shape: tuple[int, ...], dtype: torch.dtype, *, transposed: bool = False) -> torch.Tensor:
@@ -74,7 +83,7 @@ def check_addmm(bias, a, b, alpha=1.0, beta=1.0, fn=helion_ops.addmm) -> None:
 @pytest.mark.parametrize(
     "m,k,n", [(128, 256, 128), (37, 50, 29), (1, 1, 1), (65, 130, 17), (600, 24, 16), (24, 600, 16)]
 )
-def test_matmul_bwd(dtype_mode, m, k, n):
+def test_matmul_bwd(dtype_mode, backward_launches, m, k, n):
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
     check_matmul(a, b, fn=helion_ops.matmul_autograd)
 
@@ -83,7 +92,7 @@ def test_matmul_bwd(dtype_mode, m, k, n):
 @pytest.mark.parametrize(
     "alpha,beta", [(1.0, 1.0), (2.0, 0.5), (-1.5, 3.0), (0.0, 1.0), (1.0, 0.0), (0, 0)]
 )
-def test_addmm_bwd(dtype_mode, alpha, beta):
+def test_addmm_bwd(dtype_mode, backward_launches, alpha, beta):
     bias, a, b = make((37, 29), dtype_mode), make((37, 50), dtype_mode), make((50, 29), dtype_mode)
     check_addmm(bias, a, b, alpha=alpha, beta=beta, fn=helion_ops.addmm_autograd)
 
@@ -200,19 +209,53 @@ def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch):
     assert (a.grad is not None, b.grad is not None) == needs
 
 
-def test_backward_uses_transposed_views_without_copies(monkeypatch):
+def test_backward_runs_both_products_in_one_launch_on_transposed_views(monkeypatch):
     from helion_ops import ops
 
-    seen = []
-    real = ops.launch_mm
-    monkeypatch.setattr(
-        ops, "launch_mm", lambda x, y, alpha=1.0: seen.append((x, y)) or real(x, y, alpha)
-    )
+    launched, seen = [], []
+    real_run, real_pair = kernel._run, ops.launch_mm_pair
+    monkeypatch.setattr(kernel, "_run", lambda k, *args: launched.append(k) or real_run(k, *args))
+    monkeypatch.setattr(ops, "launch_mm_pair", lambda *args: seen.append(args) or real_pair(*args))
     a, b = make((37, 50), torch.float32), make((50, 29), torch.float32)
-    helion_ops.matmul(a, b).sum().backward()
-    (_, bt), (at, _) = seen[1:]  # seen[0] is the forward
+    out = helion_ops.matmul(a, b)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    assert launched[1:] == [kernel.pair_kernel]  # launched[0] is the forward
+    ((g1, bt, at, g2, alpha),) = seen
+    assert g1 is grad_out and g2 is grad_out and alpha == 1.0
     assert bt.data_ptr() == b.data_ptr() and bt.stride() == (1, 29)
     assert at.data_ptr() == a.data_ptr() and at.stride() == (1, 50)
+
+
+@pytest.mark.parametrize(
+    "mnk1,mnk2,pair",
+    [
+        ((1024, 1024, 1024), (1024, 1024, 1024), True),
+        ((37, 29, 50), (50, 29, 37), True),
+        ((4096, 1024, 1024), (1024, 1024, 4096), False),  # an output over 1024^2
+        ((24, 16, 600), (16, 16, 24), False),  # the first for the split-K kernel
+        ((1, 1, 50), (50, 1, 1), False),  # a 1x1 output
+        ((37, 29, 0), (0, 29, 37), False),  # empty
+    ],
+)
+def test_pair_rule(mnk1, mnk2, pair):
+    assert kernel.wants_pair(mnk1, mnk2) is pair
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("transposed", [(False, True, True, False), (True, False, False, True)])
+def test_pair_kernel_against_float64(dtype_mode, transposed):
+    """Two products of different shapes in one launch, odd sizes, poisoned outputs."""
+    shapes = [(37, 50), (50, 29), (61, 19), (19, 45)]
+    a1, b1, a2, b2 = (
+        make(s, dtype_mode, transposed=t).detach() for s, t in zip(shapes, transposed, strict=True)
+    )
+    assert kernel.wants_pair((37, 29, 50), (61, 45, 19))
+    out1, out2 = kernel.launch_mm_pair(a1, b1, a2, b2, -1.5)
+    for name, out, (x, y) in [("first", out1, (a1, b1)), ("second", out2, (a2, b2))]:
+        want = -1.5 * torch.mm(x, y)
+        ref = -1.5 * (x.double() @ y.double())
+        assert_matches(name, out, want, ref, 1.5 * (x.double().abs() @ y.double().abs()))
 
 
 @pytest.mark.parametrize("beta", [1.0, 0.5])
