@@ -159,6 +159,15 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     return bound_kernel.config_spec.default_config()
 
 
+def tuned_pair(*operands: torch.Tensor) -> bool:
+    """Whether this GPU's table has an entry for the pair ``a1 @ b1, a2 @ b2`` (written only
+    where one launch was measured faster than two)."""
+    device = operands[0].device
+    if device.type != "cuda":
+        return False
+    return table_config(tuned_table(gpu_arch(device)), config_key(*operands), "plain") is not None
+
+
 def table_config(
     table: dict[TableKey, helion.Config], key: tuple[int, int, int, str, str], epilogue: str
 ) -> helion.Config | None:

@@ -38,7 +38,7 @@ from helion.runtime.settings import RefMode
 from triton.compiler import CompiledKernel
 from triton.runtime.errors import OutOfResources
 
-from helion_ops.configs import select_config
+from helion_ops.configs import select_config, tuned_pair
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -272,15 +272,18 @@ def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int]) -> bool:
 def launch_mm_pair(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``: one launch where ``wants_pair``, else two.
+    """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``: one launch where ``wants_pair`` or the
+    tuned table has the pair (measured faster than two launches), else two.
 
-    All four operands share a dtype and device; any may be a transposed view.
+    All four operands share a dtype and device; any may be a transposed view. The first
+    product's tiles start first: put the one with the longer K there.
     """
     mnk1 = (a1.shape[0], b1.shape[1], a1.shape[1])
     mnk2 = (a2.shape[0], b2.shape[1], a2.shape[1])
-    if alpha == 0 or not wants_pair(mnk1, mnk2):
-        return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
-    return _run(_kernel_for(a1.dtype, pair=True), (a1, b1, a2, b2, scaled(alpha), scaled(alpha)))
+    operands = (a1, b1, a2, b2)
+    if alpha != 0 and (wants_pair(mnk1, mnk2) or tuned_pair(*operands)):
+        return _run(_kernel_for(a1.dtype, pair=True), (*operands, scaled(alpha), scaled(alpha)))
+    return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
 
 
 def launch_mm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:

@@ -110,6 +110,12 @@ def _operand_grads(
     mat1, mat2 = ctx.saved_tensors
     need_mat1, need_mat2 = needs
     if need_mat1 and need_mat2:
+        # One launch where it pays; the product with the longer K first, so that its tiles
+        # start first (grad_out @ mat2.T sums over grad_out's columns, mat1.T @ grad_out
+        # over its rows).
+        if grad_out.shape[0] > grad_out.shape[1]:
+            grad_mat2, grad_mat1 = mm_pair(mat1.T, grad_out, grad_out, mat2.T, ctx.alpha)
+            return grad_mat1, grad_mat2
         return mm_pair(grad_out, mat2.T, mat1.T, grad_out, ctx.alpha)
     grad_mat1 = mm(grad_out, mat2.T, ctx.alpha) if need_mat1 else None
     grad_mat2 = mm(mat1.T, grad_out, ctx.alpha) if need_mat2 else None

@@ -34,7 +34,14 @@ import torch
 import triton
 
 from helion_ops import configs
-from helion_ops.kernel import _kernel_for, scaled, scaled_plus_bias, wants_pair, wants_split_k
+from helion_ops.kernel import (
+    _kernel_for,
+    launch_mm,
+    scaled,
+    scaled_plus_bias,
+    wants_pair,
+    wants_split_k,
+)
 
 # (M, N, K) of the gemm and addmm targets; addmm's are tritonbench's first 8 default shapes
 # (its (M, K, N) reordered) and two squares.
@@ -161,10 +168,12 @@ BIAS_CANDIDATES = [
 ]
 
 
-def _pair_config(bm: int, bn: int, bk: int, warps: int, stages: int) -> helion.Config:
-    """A candidate for the pair kernel: the same tile for both products."""
+def _pair_config(
+    first: tuple[int, int, int], second: tuple[int, int, int], warps: int, stages: int
+) -> helion.Config:
+    """A candidate for the pair kernel: a tile shape for each product."""
     return helion.Config(
-        block_sizes=[bm, bn, bk] * 2,
+        block_sizes=[*first, *second],
         num_warps=warps,
         num_stages=stages,
         pid_type="flat",
@@ -175,16 +184,33 @@ def _pair_config(bm: int, bn: int, bk: int, warps: int, stages: int) -> helion.C
     )
 
 
-# The backward's two products in one launch (outputs up to 1024^2 each): the tiles that won
+# The backward's two products in one launch, outputs up to 1024^2 each: the tiles that won
 # a first sweep of 18 on the H200 (bf16, 256^3 to 1024^3; tensor descriptors and persistent
 # programs never came within 5%).
 PAIR_CANDIDATES = [
     *(
-        _pair_config(bm, bn, 64, warps, stages)
+        _pair_config((bm, bn, 64), (bm, bn, 64), warps, stages)
         for bm, bn in ((64, 64), (64, 128), (128, 64), (128, 128))
         for warps, stages in ((4, 3), (4, 4), (8, 4))
     ),
-    _pair_config(64, 64, 128, 4, 3),
+    _pair_config((64, 64, 128), (64, 64, 128), 4, 3),
+]
+
+# Larger outputs (up to 4096x1024 each, e.g. the backward of 1024x4096x1024: a 1024^2 output
+# with K = 4096 and a 1024x4096 one with K = 1024): the long-K product first on 128x128 tiles,
+# the other on tiles up to 128x256, so that its programs fill the SMs the first leaves idle.
+MEDIUM_PAIR_CANDIDATES = [
+    *(
+        _pair_config((128, 128, 64), second, 8, stages)
+        for second in ((128, 256, 64), (256, 128, 64), (128, 128, 64))
+        for stages in (3, 4)
+    ),
+    _pair_config((128, 128, 64), (128, 128, 64), 4, 3),
+    _pair_config((128, 128, 64), (128, 128, 64), 4, 4),
+    _pair_config((128, 64, 64), (128, 256, 64), 8, 4),
+    _pair_config((64, 128, 64), (128, 256, 64), 8, 4),
+    _pair_config((128, 256, 64), (128, 256, 64), 8, 3),
+    _pair_config((128, 256, 64), (128, 256, 64), 8, 4),
 ]
 
 SMALL_OUTPUT = 1024 * 1024
@@ -230,14 +256,22 @@ def candidates_for(m: int, n: int, k: int, epilogue: str = "plain") -> list[heli
 
 def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], str]]:
     """The (name, (M, N, K), layout) of the matmuls in a forward and backward: three, and
-    the backward's two as one pair where they run in one launch (M, N, K of its first)."""
+    the backward's two as one pair (M, N, K of its first) where one launch may pay."""
     matmuls = [
         ("a@b", (m, n, k), "rr"),
         ("g@b.T", (m, k, n), "rc"),
         ("a.T@g", (k, n, m), "cr"),
     ]
-    if wants_pair((m, k, n), (k, n, m)):
-        matmuls.append(("g@b.T, a.T@g", (m, k, n), "rccr"))
+    # The backward's pair, the product with the longer K first (as ``ops`` launches it).
+    if m > n:
+        pair = ("a.T@g, g@b.T", (k, n, m), "crrc")
+    else:
+        pair = ("g@b.T, a.T@g", (m, k, n), "rccr")
+    if all(
+        mm * nn <= MEDIUM_OUTPUT and not wants_split_k(mm, nn, kk)
+        for mm, nn, kk in ((m, k, n), (k, n, m))
+    ):
+        matmuls.append(pair)
     return matmuls
 
 
@@ -282,11 +316,16 @@ def _bound(
     m: int, n: int, k: int, layout: str, epilogue: str, dtype: torch.dtype, fill=torch.randn
 ):
     """The bound kernel of a key, its arguments, and torch's own call on the same operands."""
-    if len(layout) == 4:  # a backward's pair: grad_out @ b.T and a.T @ grad_out
-        g, bt = operands(m, n, k, layout[:2], dtype, fill)
-        at, _ = operands(n, k, m, layout[2:], dtype, fill)
-        args = (g, bt, at, g, scaled(1.0), scaled(1.0))
-        aten = lambda: (torch.mm(g, bt), torch.mm(at, g))  # noqa: E731
+    if len(layout) == 4:  # a backward's pair, as ``matmuls_of`` names it
+        first, shared = operands(m, n, k, layout[:2], dtype, fill)
+        if layout == "rccr":  # grad_out @ b.T, a.T @ grad_out
+            at = fill(m, n, device="cuda", dtype=dtype).T
+            x = (first, shared, at, first)
+        else:  # "crrc": a.T @ grad_out, grad_out @ b.T
+            bt = fill(m, n, device="cuda", dtype=dtype).T
+            x = (first, shared, shared, bt)
+        args = (*x, scaled(1.0), scaled(1.0))
+        aten = lambda: (torch.mm(x[0], x[1]), torch.mm(x[2], x[3]))  # noqa: E731
         return _kernel_for(dtype, pair=True).bind(args), args, aten
     a, b = operands(m, n, k, layout, dtype, fill)
     split_k = wants_split_k(m, n, k)
@@ -316,7 +355,9 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     ``candidates_for`` (a pair's ``PAIR_CANDIDATES``)."""
     m, n, k, _, layout, epilogue = key
     if len(layout) == 4:
-        return [configs.pair_rule((m, n, k), (n, k, m), dtype), *PAIR_CANDIDATES]
+        second = (n, k, m) if layout == "rccr" else (k, m, n)
+        more = PAIR_CANDIDATES if wants_pair((m, n, k), second) else MEDIUM_PAIR_CANDIDATES
+        return [configs.pair_rule((m, n, k), second, dtype), *more]
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
     return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
 
@@ -347,14 +388,18 @@ def describe(config: helion.Config) -> str:
     return " ".join(words)
 
 
-def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -> dict:
-    """Time every candidate on one key; return the table entry of the fastest."""
+def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -> dict | None:
+    """Time every candidate on one key; return the table entry of the fastest, or None for
+    a pair that two launches (with their own entries) beat."""
     m, n, k, _, layout, epilogue = key
     bound, args, aten = _bound(m, n, k, layout, epilogue, dtype)
     started = time.monotonic()
     if autotune:
         candidates = [*candidates, bound.autotune(args, force=True)]
     aten_ms = bench(aten)
+    pair = len(layout) == 4
+    if pair:
+        two_ms = bench(lambda: (launch_mm(*args[:2]), launch_mm(*args[2:4])))
     timings = []
     for config in candidates:
         try:
@@ -368,6 +413,9 @@ def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -
     for ms, config in ranked[:3]:
         print(f"    {ms:.5f} ms ({aten_ms / ms:.3f}x) {describe(config)}")
     best_ms, best = ranked[0]
+    if pair and best_ms >= two_ms:
+        print(f"    two launches take {two_ms:.5f} ms: no entry")
+        return None
     return {
         "m": m,
         "n": n,
@@ -382,6 +430,7 @@ def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -
         "timing": TIMING,
         # What the key runs without its entry: Helion's default, or a pair's ``pair_rule``.
         "default_ms": round(timings[0][0], 5) if timings[0][1] is candidates[0] else None,
+        **({"two_launches_ms": round(two_ms, 5)} if pair else {}),
         "measured_on": torch.cuda.get_device_name(),
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -481,12 +530,16 @@ def main(argv: list[str] | None = None) -> int:
             m, n, k, _, layout, epilogue = key
             print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout} {epilogue}", flush=True)
             wait(compiling[key])
-            entries[key] = entry = tune_key(key, dtype, candidates[key], args.autotune)
-            print(
-                f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
-                f"speedup {entry['speedup_vs_aten']}",
-                flush=True,
-            )
+            entry = tune_key(key, dtype, candidates[key], args.autotune)
+            if entry is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = entry
+                print(
+                    f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
+                    f"speedup {entry['speedup_vs_aten']}",
+                    flush=True,
+                )
             write_table(output, entries, arch, command)
     finally:
         if pool is not None:

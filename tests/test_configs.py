@@ -295,6 +295,7 @@ def test_tune_candidates_are_distinct_and_valid_blocks():
         tune.BIAS_CANDIDATES,
         tune.SPLIT_CANDIDATES,
         tune.PAIR_CANDIDATES,
+        tune.MEDIUM_PAIR_CANDIDATES,
     )
     for candidates in every:
         configs_ = [repr(sorted(c.config.items())) for c in candidates]
@@ -327,16 +328,25 @@ def test_tune_keys_cover_each_matmul_once_and_addmms_bias_epilogue():
         ("rccr", "plain"),
         ("rr", "bias"),
     ]
-    pairs = [key[:3] for key in keys if key[4] == "rccr"]
-    assert pairs == [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024)]
+    # Pairs where both outputs are at most 4096x1024, the longer K first.
+    pairs = [(key[:3], key[4]) for key in keys if len(key[4]) == 4]
+    assert pairs == [
+        *(((s, s, s), "rccr") for s in (256, 512, 1024, 2048)),
+        ((1024, 1024, 4096), "crrc"),  # 4096x1024x1024: a.T @ g sums over 4096
+        ((1024, 1024, 4096), "rccr"),  # 1024x4096x1024: g @ b.T sums over 4096
+    ]
 
 
 def test_tune_starts_a_pair_with_its_rule():
     key = (48, 40, 32, "float32", "rccr", "plain")
-    candidates = tune.candidates_of_key(key, torch.float32)
-    assert candidates == [
+    assert tune.candidates_of_key(key, torch.float32) == [
         configs.pair_rule((48, 40, 32), (40, 32, 48), torch.float32),
         *tune.PAIR_CANDIDATES,
+    ]
+    medium = (1024, 1024, 4096, "bfloat16", "crrc", "plain")
+    assert tune.candidates_of_key(medium, torch.bfloat16) == [
+        configs.pair_rule((1024, 1024, 4096), (4096, 1024, 1024), torch.bfloat16),
+        *tune.MEDIUM_PAIR_CANDIDATES,
     ]
 
 

@@ -78,13 +78,13 @@ def test_every_tuned_config_is_correct(key, bias_shape):
 
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="helion_ops")
-        if len(layout) == 4:  # a pair: a @ b (grad_out @ b.T) and at @ a (a.T @ grad_out)
-            at = make((n, m), dtype, transposed=layout[2] == "c").detach()
-            assert configs.config_key(a, b, at, a) == key[:5]
-            assert kernel.wants_pair((m, n, k), (n, k, m))
-            first, second = kernel.launch_mm_pair(a, b, at, a)
-            want = at.double() @ a.double()
-            assert_matches(f"{key} second", second, torch.matmul(at, a), want)
+        if len(layout) == 4:  # a backward's pair: a @ b, then the product sharing grad_out
+            other = make((n, m), dtype, transposed=True).detach()  # b.T or a.T
+            pair = (a, b, other, a) if layout == "rccr" else (a, b, b, other)
+            assert configs.config_key(*pair) == key[:5] and configs.tuned_pair(*pair)
+            first, second = kernel.launch_mm_pair(*pair)
+            want = pair[2].double() @ pair[3].double()
+            assert_matches(f"{key} second", second, torch.matmul(*pair[2:]), want)
             got, same_dtype, want = first, torch.matmul(a, b), 0.0
         elif bias_shape == "none":
             got, same_dtype, want = helion_ops.matmul(a, b), torch.matmul(a, b), 0.0

@@ -10,7 +10,7 @@ from conftest import DEVICE, DTYPES
 from reference import assert_matches
 
 import helion_ops
-from helion_ops import AddMMFunction, MatMulFunction, kernel
+from helion_ops import AddMMFunction, MatMulFunction, configs, kernel
 
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
 
@@ -209,22 +209,30 @@ def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch):
     assert (a.grad is not None, b.grad is not None) == needs
 
 
-def test_backward_runs_both_products_in_one_launch_on_transposed_views(monkeypatch):
+@pytest.mark.parametrize("m,n", [(29, 37), (37, 29)])
+def test_backward_runs_both_products_in_one_launch_on_transposed_views(m, n, monkeypatch):
+    """grad_out @ b.T sums over n, a.T @ grad_out over m: the longer goes first."""
     from helion_ops import ops
 
     launched, seen = [], []
     real_run, real_pair = kernel._run, ops.launch_mm_pair
     monkeypatch.setattr(kernel, "_run", lambda k, *args: launched.append(k) or real_run(k, *args))
     monkeypatch.setattr(ops, "launch_mm_pair", lambda *args: seen.append(args) or real_pair(*args))
-    a, b = make((37, 50), torch.float32), make((50, 29), torch.float32)
+    a, b = make((m, 50), torch.float32), make((50, n), torch.float32)
     out = helion_ops.matmul(a, b)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
     assert launched[1:] == [kernel.pair_kernel]  # launched[0] is the forward
-    ((g1, bt, at, g2, alpha),) = seen
-    assert g1 is grad_out and g2 is grad_out and alpha == 1.0
-    assert bt.data_ptr() == b.data_ptr() and bt.stride() == (1, 29)
-    assert at.data_ptr() == a.data_ptr() and at.stride() == (1, 50)
+    ((*operands, alpha),) = seen
+    bt, at = b.T, a.T
+    want = (at, grad_out, grad_out, bt) if m > n else (grad_out, bt, at, grad_out)
+    assert alpha == 1.0
+    for got, view in zip(operands, want, strict=True):  # the views themselves, no copies
+        assert (got.data_ptr(), got.shape, got.stride()) == (
+            view.data_ptr(),
+            view.shape,
+            view.stride(),
+        )
 
 
 @pytest.mark.parametrize(
@@ -240,6 +248,9 @@ def test_backward_runs_both_products_in_one_launch_on_transposed_views(monkeypat
 )
 def test_pair_rule(mnk1, mnk2, pair):
     assert kernel.wants_pair(mnk1, mnk2) is pair
+    a1, b1 = torch.randn(mnk1[0], mnk1[2]), torch.randn(mnk1[2], mnk1[1])
+    a2, b2 = torch.randn(mnk2[0], mnk2[2]), torch.randn(mnk2[2], mnk2[1])
+    assert not configs.tuned_pair(a1, b1, a2, b2)  # no table off the GPU
 
 
 @pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
