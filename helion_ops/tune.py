@@ -5,8 +5,11 @@ it), for the three matmuls of a forward and backward (``a @ b``, ``grad_out @ b.
 ``a.T @ grad_out``), a list of candidate configs sized to the output plus Helion's own
 heuristic default against ``torch.mm`` on the same operands, and keeps the fastest. addmm's
 forward gets keys of its own, timed with its bias epilogue (an [M, N] bias, tritonbench's)
-against ``torch.addmm``, and so does the backward's pair of products where it runs in one
-launch (layout 'rccr', against two ``torch.mm``). Times are GPU times under CUDA graphs
+against ``torch.addmm``. The backward's two products, where both outputs are at most
+4096x1024, are also timed as one launch of the pair kernel (layout 'rccr' or 'crrc', the
+longer K first) against two ``torch.mm`` and against our own two launches; the pair gets an
+entry only where it beats the latter (a pair without one is timed again on every run, a few
+seconds). Times are GPU times under CUDA graphs
 (``triton.testing.do_bench_cudagraph``, L2 not flushed), the measure of tritonbench's
 ``--cudagraph`` that the targets use. The candidates of a key are first compiled in parallel
 worker processes (``--jobs``), which fill Triton's on-disk cache, so the timing process loads
