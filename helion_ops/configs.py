@@ -49,6 +49,11 @@ def operand_layout(t: torch.Tensor) -> str:
     return "s"
 
 
+def product_mnk(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """(M, N, K) of ``a @ b``."""
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
 def config_key(a: torch.Tensor, b: torch.Tensor, *pair: torch.Tensor) -> tuple:
     """The table key of ``a @ b``: (M, N, K, dtype name, layout of a and b, e.g. 'rc').
 
@@ -57,10 +62,8 @@ def config_key(a: torch.Tensor, b: torch.Tensor, *pair: torch.Tensor) -> tuple:
     for the backward's ``grad_out @ b.T`` and ``a.T @ grad_out``, whose first product fixes
     the second.
     """
-    m, k = a.shape
-    n = b.shape[1]
     dtype = str(a.dtype).removeprefix("torch.")
-    return m, n, k, dtype, "".join(operand_layout(t) for t in (a, b, *pair))
+    return *product_mnk(a, b), dtype, "".join(operand_layout(t) for t in (a, b, *pair))
 
 
 def portable(config: dict) -> dict:
@@ -144,7 +147,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     2 to 4 above)."""
     key = config_key(*operands)
     pairs = zip(operands[::2], operands[1::2], strict=True)
-    mnks = [(a.shape[0], b.shape[1], a.shape[1]) for a, b in pairs]
+    mnks = [product_mnk(a, b) for a, b in pairs]
     if operands[0].device.type != "cuda":
         config = interpreter_config(*mnks)
         if "split_k" in bound_kernel.config_spec.user_defined_tunables:

@@ -38,7 +38,7 @@ from helion.runtime.settings import RefMode
 from triton.compiler import CompiledKernel
 from triton.runtime.errors import OutOfResources
 
-from helion_ops.configs import select_config, tuned_pair
+from helion_ops.configs import product_mnk, select_config, tuned_pair
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -278,10 +278,10 @@ def launch_mm_pair(
     All four operands share a dtype and device; any may be a transposed view. The first
     product's tiles start first: put the one with the longer K there.
     """
-    mnk1 = (a1.shape[0], b1.shape[1], a1.shape[1])
-    mnk2 = (a2.shape[0], b2.shape[1], a2.shape[1])
     operands = (a1, b1, a2, b2)
-    if alpha != 0 and (wants_pair(mnk1, mnk2) or tuned_pair(*operands)):
+    if alpha != 0 and (
+        wants_pair(product_mnk(a1, b1), product_mnk(a2, b2)) or tuned_pair(*operands)
+    ):
         return _run(_kernel_for(a1.dtype, pair=True), (*operands, scaled(alpha), scaled(alpha)))
     return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
 

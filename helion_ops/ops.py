@@ -97,35 +97,42 @@ def mm_pair(
     return launch_mm_pair(a1, b1, a2, b2, alpha)
 
 
-def _save_operands(
-    ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor, needs: tuple[bool, bool]
-) -> None:
+def _operands_to_save(
+    mat1: torch.Tensor, mat2: torch.Tensor, needs: tuple[bool, bool]
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """What the backward of ``mat1 @ mat2`` reads: mat1 for mat2's grad, mat2 for mat1's."""
     need_mat1, need_mat2 = needs
-    ctx.save_for_backward(mat1 if need_mat2 else None, mat2 if need_mat1 else None)
+    return mat1 if need_mat2 else None, mat2 if need_mat1 else None
 
 
 def _operand_grads(
-    ctx: Any, needs: tuple[bool, bool], grad_out: torch.Tensor, mm: MM, mm_pair: MMPair
+    mat1: torch.Tensor | None,
+    mat2: torch.Tensor | None,
+    needs: tuple[bool, bool],
+    grad_out: torch.Tensor,
+    alpha: float,
+    mm: MM,
+    mm_pair: MMPair,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    mat1, mat2 = ctx.saved_tensors
+    """The grads of ``alpha * (mat1 @ mat2)`` in ``needs``, from the saved operands."""
     need_mat1, need_mat2 = needs
     if need_mat1 and need_mat2:
         # One launch where it pays; the product with the longer K first, so that its tiles
         # start first (grad_out @ mat2.T sums over grad_out's columns, mat1.T @ grad_out
         # over its rows).
         if grad_out.shape[0] > grad_out.shape[1]:
-            grad_mat2, grad_mat1 = mm_pair(mat1.T, grad_out, grad_out, mat2.T, ctx.alpha)
+            grad_mat2, grad_mat1 = mm_pair(mat1.T, grad_out, grad_out, mat2.T, alpha)
             return grad_mat1, grad_mat2
-        return mm_pair(grad_out, mat2.T, mat1.T, grad_out, ctx.alpha)
-    grad_mat1 = mm(grad_out, mat2.T, ctx.alpha) if need_mat1 else None
-    grad_mat2 = mm(mat1.T, grad_out, ctx.alpha) if need_mat2 else None
+        return mm_pair(grad_out, mat2.T, mat1.T, grad_out, alpha)
+    grad_mat1 = mm(grad_out, mat2.T, alpha) if need_mat1 else None
+    grad_mat2 = mm(mat1.T, grad_out, alpha) if need_mat2 else None
     return grad_mat1, grad_mat2
 
 
 def setup_mm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:
     """Autograd context of ``mm(mat1, mat2, alpha)``."""
     mat1, mat2, alpha = inputs
-    _save_operands(ctx, mat1, mat2, ctx.needs_input_grad[:2])
+    ctx.save_for_backward(*_operands_to_save(mat1, mat2, ctx.needs_input_grad[:2]))
     ctx.alpha = alpha
 
 
@@ -133,13 +140,15 @@ def mm_backward(
     ctx: Any, grad_out: torch.Tensor, mm: MM = mm_op, mm_pair: MMPair = mm_pair_op
 ) -> tuple[Any, ...]:
     """Gradients of ``mm(mat1, mat2, alpha)`` for (mat1, mat2, alpha)."""
-    return (*_operand_grads(ctx, ctx.needs_input_grad[:2], grad_out, mm, mm_pair), None)
+    needs = ctx.needs_input_grad[:2]
+    grads = _operand_grads(*ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair)
+    return (*grads, None)
 
 
 def setup_addmm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:
     """Autograd context of ``addmm(bias, mat1, mat2, alpha, beta)``."""
     bias, mat1, mat2, alpha, beta = inputs
-    _save_operands(ctx, mat1, mat2, ctx.needs_input_grad[1:3])
+    ctx.save_for_backward(*_operands_to_save(mat1, mat2, ctx.needs_input_grad[1:3]))
     ctx.bias_shape = bias.shape
     ctx.alpha, ctx.beta = alpha, beta
 
@@ -155,7 +164,9 @@ def addmm_backward(
         if ctx.beta != 1:
             grad_bias = grad_bias * ctx.beta
     needs = ctx.needs_input_grad[1:3]
-    grad_mat1, grad_mat2 = _operand_grads(ctx, needs, grad_out, mm, mm_pair)
+    grad_mat1, grad_mat2 = _operand_grads(
+        *ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair
+    )
     return grad_bias, grad_mat1, grad_mat2, None, None
 
 
@@ -166,10 +177,7 @@ def setup_mm_pair_context(
     a1, b1, a2, b2, alpha = inputs
     need = ctx.needs_input_grad
     ctx.save_for_backward(
-        a1 if need[1] else None,
-        b1 if need[0] else None,
-        a2 if need[3] else None,
-        b2 if need[2] else None,
+        *_operands_to_save(a1, b1, need[0:2]), *_operands_to_save(a2, b2, need[2:4])
     )
     ctx.alpha = alpha
 
@@ -179,13 +187,9 @@ def mm_pair_backward(ctx: Any, grad1: torch.Tensor, grad2: torch.Tensor) -> tupl
     pair runs in backwards: these are the terms of a double backward.)"""
     a1, b1, a2, b2 = ctx.saved_tensors
     need, alpha = ctx.needs_input_grad, ctx.alpha
-    return (
-        mm_op(grad1, b1.T, alpha) if need[0] else None,
-        mm_op(a1.T, grad1, alpha) if need[1] else None,
-        mm_op(grad2, b2.T, alpha) if need[2] else None,
-        mm_op(a2.T, grad2, alpha) if need[3] else None,
-        None,
-    )
+    first = _operand_grads(a1, b1, need[0:2], grad1, alpha, mm_op, mm_pair_op)
+    second = _operand_grads(a2, b2, need[2:4], grad2, alpha, mm_op, mm_pair_op)
+    return (*first, *second, None)
 
 
 mm_op.register_autograd(mm_backward, setup_context=setup_mm_context)
