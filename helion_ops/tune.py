@@ -172,7 +172,11 @@ BIAS_CANDIDATES = [
 
 
 def _pair_config(
-    first: tuple[int, int, int], second: tuple[int, int, int], warps: int, stages: int
+    first: tuple[int, int, int],
+    second: tuple[int, int, int],
+    warps: int,
+    stages: int,
+    indexing: str = "pointer",
 ) -> helion.Config:
     """A candidate for the pair kernel: a tile shape for each product."""
     return helion.Config(
@@ -180,7 +184,7 @@ def _pair_config(
         num_warps=warps,
         num_stages=stages,
         pid_type="flat",
-        indexing="pointer",
+        indexing=indexing,
         l2_groupings=[1, 1],
         range_unroll_factors=[0] * 4,
         range_num_stages=[0] * 4,
@@ -214,6 +218,13 @@ MEDIUM_PAIR_CANDIDATES = [
     _pair_config((64, 128, 64), (128, 256, 64), 8, 4),
     _pair_config((128, 256, 64), (128, 256, 64), 8, 3),
     _pair_config((128, 256, 64), (128, 256, 64), 8, 4),
+    *(
+        _pair_config((128, 128, 64), (128, 256, 64), 8, stages, "tensor_descriptor")
+        for stages in (3, 4)
+    ),
+    _pair_config((128, 128, 128), (128, 256, 64), 8, 3),
+    _pair_config((128, 64, 64), (128, 128, 64), 4, 4),
+    _pair_config((64, 128, 64), (128, 128, 64), 4, 4),
 ]
 
 SMALL_OUTPUT = 1024 * 1024
