@@ -88,6 +88,11 @@ def portable(config: dict) -> dict:
 TableKey = tuple[int, int, int, str, str, str]
 
 
+def entry_key(entry: dict) -> TableKey:
+    """The key of a table entry: ``config_key``'s fields and the epilogue."""
+    return entry["m"], entry["n"], entry["k"], entry["dtype"], entry["layout"], entry["epilogue"]
+
+
 @functools.cache
 def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
     """The shipped table for a GPU architecture such as 'sm90'; empty if none ships.
@@ -101,9 +106,7 @@ def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
     table = {}
     for e in json.loads(path.read_text())["entries"]:
         config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
-        table[e["m"], e["n"], e["k"], e["dtype"], e["layout"], e["epilogue"]] = helion.Config(
-            **config
-        )
+        table[entry_key(e)] = helion.Config(**config)
     return table
 
 

@@ -501,10 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     arch = configs.gpu_arch(torch.device("cuda"))
     output = args.output or Path(configs.__file__).parent / "tuned" / f"{arch}.json"
     table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
-    entries = {
-        (e["m"], e["n"], e["k"], e["dtype"], e["layout"], e["epilogue"]): e
-        for e in table["entries"]
-    }
+    entries = {configs.entry_key(e): e for e in table["entries"]}
     dtype = getattr(torch, args.dtype)
     keys = [
         key
