@@ -6,14 +6,17 @@ transposed operand gets its own entry. The answer, in order:
 
 1. ``HELION_OPS_AUTOTUNE=1``: Helion's own autotuner (effort from ``HELION_AUTOTUNE_EFFORT``,
    e.g. ``quick``), cached on disk by Helion.
-2. On a GPU, the tuned table for its architecture (``tuned/sm90.json``) when it holds the
-   exact (M, N, K, dtype, layout) for the kernel's epilogue: "plain" (``alpha * acc``) or
-   "bias" (addmm's, which loads a bias tile); fp16 falls back to the bf16 entry of the same
-   key. A bias epilogue without an entry of its own gets the plain entry unflattened
+2. On a GPU, an exact table entry for (M, N, K, dtype, layout) and the kernel's epilogue:
+   "plain" (``alpha * acc``) or "bias" (addmm's, which loads a bias tile). The user's own
+   table (``user_table_path``: written by ``python -m helion_ops.tune --shape ...``) is
+   read over the shipped one (``tuned/sm90.json``). fp16 falls back to the bf16 entry of the
+   same key; a bias epilogue without an entry of its own gets the plain entry unflattened
    (``unflattened``). The pair kernel (two products in one launch) has entries of its own,
-   whose layout names four operands.
-3. On a GPU, Helion's built-in heuristic default (an sm90 matmul rule on Hopper); for the
-   pair kernel, ``pair_rule``.
+   whose layout names four operands. Entries are overrides: every shape gets a config
+   without one.
+3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
+   shapes that won the table; the split-K kernel gets ``split_rule`` and the pair kernel
+   ``pair_rule``. fp32 (and GPUs without a model) get Helion's built-in heuristic default.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
    persistent kernels.
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import helion
@@ -32,12 +37,17 @@ import torch
 from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
+from helion_ops.candidates import split_config
+from helion_ops.model import shipped_model
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from helion.runtime.kernel import BoundKernel
 
 AUTOTUNE_ENV = "HELION_OPS_AUTOTUNE"
+# A table of the user's own (JSON, the shipped table's format) read over the shipped one.
+TABLE_ENV = "HELION_OPS_TABLE"
 
 
 def operand_layout(t: torch.Tensor) -> str:
@@ -93,20 +103,38 @@ def entry_key(entry: dict) -> TableKey:
     return entry["m"], entry["n"], entry["k"], entry["dtype"], entry["layout"], entry["epilogue"]
 
 
-@functools.cache
-def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
-    """The shipped table for a GPU architecture such as 'sm90'; empty if none ships.
+def user_table_path(arch: str) -> Path:
+    """Where this user's own table for ``arch`` lives: ``$HELION_OPS_TABLE`` if set, else
+    ``$XDG_CACHE_HOME/helion_ops/<arch>.json`` (``~/.cache`` by default). ``python -m
+    helion_ops.tune`` writes there unless told otherwise."""
+    if os.environ.get(TABLE_ENV):
+        return Path(os.environ[TABLE_ENV])
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "helion_ops" / f"{arch}.json"
 
-    Keys are ``config_key`` plus the epilogue ("plain" or "bias"). A bias entry is measured
-    with the bias load and keeps its per-memory-op lists (x, y, bias, output).
-    """
-    path = resources.files("helion_ops") / "tuned" / f"{arch}.json"
-    if not path.is_file():
-        return {}
+
+def read_entries(text: str) -> dict[TableKey, helion.Config]:
+    """A table file's entries by key. A plain entry is made ``portable``; a bias entry is
+    measured with the bias load and keeps its per-memory-op lists (x, y, bias, output)."""
     table = {}
-    for e in json.loads(path.read_text())["entries"]:
+    for e in json.loads(text)["entries"]:
         config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
         table[entry_key(e)] = helion.Config(**config)
+    return table
+
+
+@functools.cache
+def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
+    """The table for a GPU architecture such as 'sm90': the shipped one with the user's own
+    (``user_table_path``) read over it; empty where neither exists.
+
+    Keys are ``config_key`` plus the epilogue ("plain" or "bias").
+    """
+    table = {}
+    shipped = resources.files("helion_ops") / "tuned" / f"{arch}.json"
+    for path in (shipped, user_table_path(arch)):
+        if path.is_file():
+            table.update(read_entries(path.read_text()))
     return table
 
 
@@ -156,13 +184,54 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
         if "split_k" in bound_kernel.config_spec.user_defined_tunables:
             config.config["split_k"] = 4
         return config
-    table = tuned_table(gpu_arch(operands[0].device))
-    config = table_config(table, key, epilogue_of(bound_kernel, len(mnks)))
+    device, dtype = operands[0].device, operands[0].dtype
+    epilogue = epilogue_of(bound_kernel, len(mnks))
+    config = table_config(tuned_table(gpu_arch(device)), key, epilogue)
     if config is not None:
         return config
     if len(mnks) == 2:
-        return pair_rule(*mnks, operands[0].dtype)
-    return bound_kernel.config_spec.default_config()
+        return pair_rule(*mnks, dtype)
+    model = shipped_model(gpu_arch(device))
+    if dtype == torch.float32 or model is None:
+        return bound_kernel.config_spec.default_config()
+    if "split_k" in bound_kernel.config_spec.user_defined_tunables:
+        return split_rule(*mnks[0], sm_count(device))
+    a, b = operands
+    n = mnks[0][1]
+    aligned = tma_aligned(a, b) and (n * a.element_size()) % 16 == 0
+    config = model.choose(*mnks[0], key[4], aligned, sm_count(device))
+    if config is None:
+        return bound_kernel.config_spec.default_config()
+    return unflattened(config) if epilogue == "bias" else config
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def tma_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can load these 2-D tensors: one unit stride, the other
+    stride and the base 16-byte aligned (else Helion falls back to pointer indexing)."""
+    for t in tensors:
+        size = t.element_size()
+        if (
+            1 not in t.stride()
+            or t.data_ptr() % 16
+            or any(s * size % 16 for s in t.stride() if s != 1)
+        ):
+            return False
+    return True
+
+
+def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """The split-K kernel's config where the table has none: 128x256 tiles, 8 warps, 3
+    stages, and K split so that about two programs run per SM (at most 64 ways). The
+    table's split-K keys (outputs of 256x768 to 1536x512, K of 20k to 1e6) were won by
+    128x256 tiles split 8 to 64 ways, except 512x512 (128x128 tiles; 128x256 within 10%)."""
+    tiles = math.ceil(m / 128) * math.ceil(n / 256)
+    split = 1 << max(0, min(6, (2 * sms // tiles).bit_length() - 1))
+    return split_config(128, 256, 64, split, 3, warps=8)
 
 
 def tuned_pair(*operands: torch.Tensor) -> bool:

@@ -1,6 +1,6 @@
-"""Regenerate the tuned config table on a GPU: ``python -m helion_ops.tune``.
+"""Tune configs on a GPU: ``python -m helion_ops.tune [--shape MxNxK ...]``.
 
-For every shape of the standard set it times (with the split-K kernel where the launchers use
+For the shapes asked for (``--shape``, any size; by default the standard target sets) it times (with the split-K kernel where the launchers use
 it), for the three matmuls of a forward and backward (``a @ b``, ``grad_out @ b.T``,
 ``a.T @ grad_out``), a list of candidate configs sized to the output plus Helion's own
 heuristic default against ``torch.mm`` on the same operands, and keeps the fastest. addmm's
@@ -14,15 +14,20 @@ seconds). Times are GPU times under CUDA graphs
 ``--cudagraph`` that the targets use. The candidates of a key are first compiled in parallel
 worker processes (``--jobs``), which fill Triton's on-disk cache, so the timing process loads
 rather than compiles them. With ``--autotune`` it also runs Helion's autotuner (effort from
-``HELION_AUTOTUNE_EFFORT``) and adds its winner to the candidates. Results are written after
-every key, with the GPU, versions and date, so a run cut short resumes where it stopped
-(``--force`` re-measures keys already in the table).
+``HELION_AUTOTUNE_EFFORT``) and adds its winner to the candidates. ``--gpus`` spreads the keys
+over several GPUs, one process each. The table is written when the run ends (``--budget-s``
+ends it in time), with the GPU, versions and date; keys already in it are skipped, so a run
+cut short resumes where it stopped (``--force`` re-measures them). By default it is the
+user's own table, which the runtime reads over the shipped one: tune the shapes of your own
+model once. ``--training RECORDS`` instead times the wave model's candidates on its training
+grid (``helion_ops.model``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.metadata
 import json
 import multiprocessing
@@ -37,6 +42,16 @@ import torch
 import triton
 
 from helion_ops import configs
+from helion_ops.candidates import (
+    BIAS_CANDIDATES,
+    CANDIDATES,
+    MEDIUM_OUTPUT,
+    MEDIUM_PAIR_CANDIDATES,
+    PAIR_CANDIDATES,
+    SMALL_CANDIDATES,
+    SMALL_OUTPUT,
+    SPLIT_CANDIDATES,
+)
 from helion_ops.kernel import (
     _kernel_for,
     launch_mm,
@@ -45,207 +60,8 @@ from helion_ops.kernel import (
     wants_pair,
     wants_split_k,
 )
-
-# (M, N, K) of the gemm and addmm targets; addmm's are tritonbench's first 8 default shapes
-# (its (M, K, N) reordered) and two squares.
-GEMM_SHAPES = [
-    *[(s, s, s) for s in (256, 512, 1024, 2048, 4096)],
-    *[(8192, 8192, k) for k in (1024, 2048, 4096, 8192, 16384)],
-    (4096, 1024, 1024),
-    (12288, 2048, 2048),
-    (1024, 4096, 1024),
-    (2048, 12288, 2048),
-    (1000000, 512, 512),
-    (1000000, 768, 256),
-]
-ADDMM_SHAPES = [
-    (m, 512, 1536) for m in (20120, 34579, 34839, 35561, 35916, 19735, 34533, 35791)
-] + [(1024, 1024, 1024), (8192, 8192, 8192)]
-
-
-def _config(
-    bm: int,
-    bn: int,
-    bk: int,
-    warps: int,
-    stages: int,
-    pid: str,
-    indexing: str | list[str] = "tensor_descriptor",
-    *,
-    flatten: bool = False,
-    sm_multiplier: int = 1,
-) -> helion.Config:
-    """One candidate. ``indexing``: of every memory op, or a list with one per op (x, y,
-    then the bias where the epilogue loads one, then the output). ``flatten``: Triton
-    flattens a persistent kernel's tile loop and K loop into one software pipeline, so the
-    next tile's loads overlap this tile's epilogue. ``sm_multiplier``: persistent programs
-    per SM (2 where two fit in shared memory)."""
-    operand_indexing = indexing if isinstance(indexing, str) else indexing[0]
-    extra = {}
-    if flatten:
-        extra["range_flattens"] = [True, None]
-    if sm_multiplier != 1:
-        extra["num_sm_multiplier"] = sm_multiplier
-    return helion.Config(
-        block_sizes=[bm, bn, bk],
-        num_warps=warps,
-        num_stages=stages,
-        pid_type=pid,
-        l2_groupings=[8 if operand_indexing == "tensor_descriptor" else 1],
-        indexing=indexing,
-        range_unroll_factors=[0, 0],
-        range_num_stages=[0, 0],
-        **extra,
-    )
-
-
-# Large outputs: the tile shapes of cuBLAS's and Triton's Hopper matmuls, tensor descriptors.
-CANDIDATES = [
-    _config(128, 256, 64, 8, 3, "persistent_interleaved"),
-    _config(128, 256, 64, 8, 3, "persistent_blocked"),
-    _config(128, 256, 64, 8, 4, "flat"),
-    _config(128, 256, 64, 8, 3, "flat"),
-    _config(256, 128, 64, 8, 3, "persistent_interleaved"),
-    _config(256, 128, 64, 8, 4, "flat"),
-    _config(128, 128, 64, 4, 4, "persistent_interleaved"),
-    _config(128, 128, 64, 8, 4, "flat"),
-    _config(128, 128, 128, 8, 3, "persistent_interleaved"),
-    _config(64, 256, 64, 4, 4, "persistent_interleaved"),
-    _config(64, 256, 64, 8, 4, "flat"),
-    _config(64, 128, 64, 4, 4, "flat"),
-    _config(128, 256, 64, 8, 4, "flat", "pointer"),
-    _config(128, 128, 64, 4, 5, "flat", "pointer"),
-    _config(64, 128, 64, 4, 4, "flat", "pointer"),
-    # Flattened persistent loops (Triton's own Hopper persistent matmul): for short K loops,
-    # such as the tall products with K of 256 to 1536, where every tile's store would
-    # otherwise stall the next tile's loads.
-    _config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True),
-    _config(128, 256, 64, 8, 3, "persistent_blocked", flatten=True),
-    _config(256, 128, 64, 8, 3, "persistent_interleaved", flatten=True),
-    _config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True),
-    _config(128, 128, 64, 8, 4, "persistent_interleaved", flatten=True),
-    _config(128, 128, 128, 8, 3, "persistent_interleaved", flatten=True),
-    # Two programs per SM (2 stages: 64 KiB of operands and a 32 KiB output tile each).
-    _config(128, 128, 64, 4, 2, "persistent_interleaved", sm_multiplier=2),
-    _config(128, 128, 64, 8, 2, "persistent_interleaved", flatten=True, sm_multiplier=2),
-]
-
-# Small outputs (up to 1024^2): tiles small enough to give every SM work, pointer indexing
-# (a tensor descriptor is built on the device per program, which costs more than it saves
-# when each program runs a few K steps).
-SMALL_CANDIDATES = [
-    _config(bm, bn, bk, warps, stages, "flat", "pointer")
-    for bm, bn, bk in (
-        (16, 32, 64),
-        (32, 32, 64),
-        (32, 32, 128),
-        (32, 64, 64),
-        (32, 64, 128),
-        (64, 32, 128),
-        (64, 64, 64),
-        (64, 64, 128),
-        (32, 128, 64),
-        (64, 128, 64),
-        (128, 64, 64),
-        (128, 128, 64),
-    )
-    for warps in ((2, 4) if bm * bn <= 64 * 64 else (4, 8))
-    for stages in (3, 5)
-] + [
-    _config(64, 64, 64, 4, 4, "flat"),
-    _config(64, 128, 64, 4, 4, "flat"),
-    _config(128, 64, 64, 4, 4, "flat"),
-    _config(128, 128, 64, 4, 4, "persistent_interleaved"),
-]
-
-# addmm's forward (bias epilogue): candidates that load the bias by pointer (into registers)
-# rather than by tensor descriptor (into shared memory, which a flattened loop keeps full of
-# pipeline buffers). On the H200 the flattened 128x128x64 tiles ran either way (and won the
-# tall shapes); the flattened 128x256x64, 256x128x64 and 128x128x128 tiles ran with neither.
-BIAS_POINTER = ["tensor_descriptor", "tensor_descriptor", "pointer", "tensor_descriptor"]
-BIAS_CANDIDATES = [
-    _config(128, 128, 64, 4, 4, "persistent_interleaved", BIAS_POINTER, flatten=True),
-    _config(128, 128, 64, 8, 4, "persistent_interleaved", BIAS_POINTER, flatten=True),
-    _config(128, 256, 64, 8, 3, "persistent_interleaved", BIAS_POINTER),
-    _config(128, 256, 64, 8, 4, "flat", BIAS_POINTER),
-]
-
-
-def _pair_config(
-    first: tuple[int, int, int], second: tuple[int, int, int], warps: int, stages: int
-) -> helion.Config:
-    """A candidate for the pair kernel: a tile shape for each product."""
-    return helion.Config(
-        block_sizes=[*first, *second],
-        num_warps=warps,
-        num_stages=stages,
-        pid_type="flat",
-        indexing="pointer",
-        l2_groupings=[1, 1],
-        range_unroll_factors=[0] * 4,
-        range_num_stages=[0] * 4,
-    )
-
-
-# The backward's two products in one launch, outputs up to 1024^2 each: the tiles that won
-# a first sweep of 18 on the H200 (bf16, 256^3 to 1024^3; tensor descriptors and persistent
-# programs never came within 5%).
-PAIR_CANDIDATES = [
-    *(
-        _pair_config((bm, bn, 64), (bm, bn, 64), warps, stages)
-        for bm, bn in ((64, 64), (64, 128), (128, 64), (128, 128))
-        for warps, stages in ((4, 3), (4, 4), (8, 4))
-    ),
-    _pair_config((64, 64, 128), (64, 64, 128), 4, 3),
-]
-
-# Larger outputs (up to 4096x1024 each, e.g. the backward of 1024x4096x1024: a 1024^2 output
-# with K = 4096 and a 1024x4096 one with K = 1024): the long-K product first on 128x128 tiles,
-# the other on tiles up to 128x256, so that its programs fill the SMs the first leaves idle.
-MEDIUM_PAIR_CANDIDATES = [
-    *(
-        _pair_config((128, 128, 64), second, 8, stages)
-        for second in ((128, 256, 64), (256, 128, 64), (128, 128, 64))
-        for stages in (3, 4)
-    ),
-    _pair_config((128, 128, 64), (128, 128, 64), 4, 3),
-    _pair_config((128, 128, 64), (128, 128, 64), 4, 4),
-    _pair_config((128, 64, 64), (128, 256, 64), 8, 4),
-    _pair_config((64, 128, 64), (128, 256, 64), 8, 4),
-    _pair_config((128, 256, 64), (128, 256, 64), 8, 3),
-    _pair_config((128, 256, 64), (128, 256, 64), 8, 4),
-    # K blocks of 128 for the long-K product: won 4096x1024x1024's pair on the H200, 2% ahead
-    # (tensor descriptors and 4-warp 128x64 tiles, tried beside it, lost).
-    _pair_config((128, 128, 128), (128, 256, 64), 8, 3),
-]
-
-SMALL_OUTPUT = 1024 * 1024
-MEDIUM_OUTPUT = 4096 * 1024
-
-
-def _split_config(
-    bm: int, bn: int, bk: int, split_k: int, stages: int, warps: int = 4
-) -> helion.Config:
-    return helion.Config(
-        block_sizes=[bm, bn, bk],
-        num_warps=warps,
-        num_stages=stages,
-        split_k=split_k,
-        range_unroll_factors=[0, 0],
-        range_num_stages=[0, 0],
-    )
-
-
-# For the split-K kernel (shapes where ``wants_split_k``): K cut in 8 to 64, tiles up to
-# 128x256 (the largest output of these keys, 256x768, is 6 such tiles).
-SPLIT_CANDIDATES = [
-    *(
-        _split_config(bm, bn, 64, split_k, 4)
-        for bm, bn in ((64, 64), (128, 64), (128, 128))
-        for split_k in (8, 16, 32, 64)
-    ),
-    *(_split_config(128, 256, 64, split_k, 3, warps=8) for split_k in (8, 16, 32, 64)),
-]
+from helion_ops.model import MODEL_CANDIDATES
+from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 
 
 def candidates_for(m: int, n: int, k: int, epilogue: str = "plain") -> list[helion.Config]:
@@ -285,17 +101,33 @@ def keys_of(
     only: str | None, shapes: list | None, dtype: str, epilogue: str | None
 ) -> list[tuple[int, int, int, str, str, str]]:
     """The table keys to tune, in order and once each: the three matmuls of every gemm and
-    addmm shape (``only`` one set, ``shapes`` only these), and addmm's forward with its bias
-    epilogue; ``epilogue`` keeps the keys of that epilogue only."""
+    addmm shape and addmm's forward with its bias epilogue. ``shapes``: these shapes, of any
+    size, in place of the standard sets (as gemms, and as addmms too unless ``only`` is
+    'gemm'); ``only``: one set; ``epilogue``: the keys of that epilogue only."""
+    sets = [("gemm", GEMM_SHAPES), ("addmm", ADDMM_SHAPES)]
+    if shapes:
+        sets = [("gemm", shapes), ("addmm", shapes)]
     keys = []
-    for name, standard in (("gemm", GEMM_SHAPES), ("addmm", ADDMM_SHAPES)):
-        for shape in standard:
-            if only not in (None, name) or (shapes and shape not in shapes):
-                continue
+    for name, chosen in sets:
+        if only not in (None, name):
+            continue
+        for shape in chosen:
             shape_keys = [(*mnk, dtype, layout, "plain") for _, mnk, layout in matmuls_of(*shape)]
             if name == "addmm":
                 shape_keys.append((*shape, dtype, "rr", "bias"))
             keys += [key for key in shape_keys if key not in keys and epilogue in (None, key[5])]
+    return keys
+
+
+def training_keys(dtype: str) -> list[tuple[int, int, int, str, str, str]]:
+    """The model's training keys: the three single products of every training shape,
+    except those the split-K kernel takes (the model does not choose for it)."""
+    keys = []
+    for shape in TRAINING_SHAPES:
+        for _, (m, n, k), layout in matmuls_of(*shape)[:3]:
+            key = (m, n, k, dtype, layout, "plain")
+            if not wants_split_k(m, n, k) and key not in keys:
+                keys.append(key)
     return keys
 
 
@@ -394,9 +226,12 @@ def describe(config: helion.Config) -> str:
     return " ".join(words)
 
 
-def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -> dict | None:
+def tune_key(
+    key: tuple, dtype: torch.dtype, candidates: list, autotune: bool, record=None
+) -> dict | None:
     """Time every candidate on one key; return the table entry of the fastest, or None for
-    a pair that two launches (with their own entries) beat."""
+    a pair that two launches (with their own entries) beat. ``record(config, ms, aten_ms)``,
+    if given, is called with every timing."""
     m, n, k, _, layout, epilogue = key
     bound, args, aten = _bound(m, n, k, layout, epilogue, dtype)
     started = time.monotonic()
@@ -412,6 +247,8 @@ def tune_key(key: tuple, dtype: torch.dtype, candidates: list, autotune: bool) -
             run = bound.compile_config(config)
             run(*args)
             timings.append((bench(lambda run=run: run(*args)), config))
+            if record is not None:
+                record(config, timings[-1][0], aten_ms)
         except Exception as error:  # a config the shape cannot take: skip it, say so
             print(f"    skipped {describe(config)}: {type(error).__name__}: {error}"[:300])
     print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
@@ -470,10 +307,24 @@ def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
     output.write_text(json.dumps(table, indent=1) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_gpus(text: str) -> int:
+    """``--gpus``: a positive count or 'all' (0 stands for all)."""
+    if text == "all":
+        return 0
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--gpus takes a positive number or 'all', got {text!r}")
+    return int(text)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    parser.add_argument("--output", type=Path, help="table to write (default: the shipped one)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="table to write (default: this user's own, which the runtime reads over the "
+        "shipped one: $HELION_OPS_TABLE or ~/.cache/helion_ops/<arch>.json)",
+    )
     parser.add_argument("--only", choices=["gemm", "addmm"], help="one shape set only")
     parser.add_argument(
         "--epilogue", choices=["plain", "bias"], help="only keys of this epilogue (bias: addmm's)"
@@ -482,72 +333,169 @@ def main(argv: list[str] | None = None) -> int:
         "--shape",
         type=parse_shape,
         action="append",
-        help="MxNxK of a gemm/addmm (repeatable): only its three matmuls",
+        help="MxNxK of any gemm/addmm to tune (repeatable), in place of the standard sets",
+    )
+    parser.add_argument(
+        "--training",
+        type=Path,
+        metavar="RECORDS",
+        help="time the model's candidates on its training grid into RECORDS (JSON lines; "
+        "fit with python -m helion_ops.model RECORDS); writes no table",
     )
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
     parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
     parser.add_argument(
+        "--gpus",
+        type=parse_gpus,
+        default=1,
+        help="GPUs to spread the keys over, one process each: a number or 'all' (default 1)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=max(1, min(16, (os.cpu_count() or 1) - 2)),
-        help="worker processes that compile candidates ahead of timing (1: compile while timing)",
+        help="worker processes that compile candidates ahead of timing, over all GPUs "
+        "(1: compile while timing)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         print("helion_ops.tune needs a CUDA GPU", file=sys.stderr)
         return 2
-
     arch = configs.gpu_arch(torch.device("cuda"))
-    output = args.output or Path(configs.__file__).parent / "tuned" / f"{arch}.json"
+    output = args.output or configs.user_table_path(arch)
     table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
     entries = {configs.entry_key(e): e for e in table["entries"]}
-    dtype = getattr(torch, args.dtype)
-    keys = [
-        key
-        for key in keys_of(args.only, args.shape, args.dtype, args.epilogue)
-        if args.force or key not in entries
-    ]
+    if args.training:
+        selected = training_keys(args.dtype)
+    else:
+        selected = keys_of(args.only, args.shape, args.dtype, args.epilogue)
+    if not selected:
+        print(
+            "helion_ops.tune: error: the flags select no key to tune "
+            f"(--only {args.only}, --epilogue {args.epilogue}, --shape {args.shape})",
+            file=sys.stderr,
+        )
+        return 2
+    keys = [k for k in selected if args.training or args.force or k not in entries]
+    if not keys:
+        print(f"All {len(selected)} selected keys are in {output} already (--force re-measures)")
+        return 0
 
+    gpus = args.gpus or torch.cuda.device_count()
+    gpus = min(gpus, torch.cuda.device_count(), len(keys))
     # The command as run, with the output path (a machine's own) cut down to its file name.
     given = list(sys.argv[1:] if argv is None else argv)
     if "--output" in given:
         given[given.index("--output") + 1] = output.name
     command = " ".join(["python -m helion_ops.tune", *given])
+    print(f"{len(keys)} keys on {gpus} GPU(s); table {output}", flush=True)
+    shares = [keys[i::gpus] for i in range(gpus)]
+    if gpus == 1:
+        found, records = tune_keys(0, shares[0], args)
+    else:
+        # One process per GPU, each timing its share of the keys (and compiling them with
+        # its share of the workers); results come back to be merged here.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(gpus, mp_context=context) as pool:
+            results = list(pool.map(tune_keys, range(gpus), shares, [args] * gpus))
+        found = {k: v for part, _ in results for k, v in part.items()}
+        records = [r for _, part in results for r in part]
+    if args.training:
+        args.training.write_text("".join(json.dumps(r) + "\n" for r in records))
+        print(f"{len(records)} timings in {args.training}")
+        return 0
+    for key, entry in found.items():
+        if entry is None:
+            entries.pop(key, None)
+        else:
+            entries[key] = entry
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_table(output, entries, arch, command)
+    return 0
+
+
+def _add_record(
+    records: list[dict], key: tuple, aligned: bool, sms: int, config, ms: float, aten_ms: float
+) -> None:
+    """One timing of ``--training``, as ``helion_ops.model.fit`` reads it."""
+    m, n, k, dtype, layout, _ = key
+    records.append(
+        {
+            "m": m,
+            "n": n,
+            "k": k,
+            "dtype": dtype,
+            "layout": layout,
+            "aligned": aligned,
+            "config": dict(config),
+            "ms": round(ms, 6),
+            "aten_ms": round(aten_ms, 6),
+            "sms": sms,
+            "device": torch.cuda.get_device_name(),
+            "timing": TIMING,
+        }
+    )
+
+
+def tune_keys(
+    gpu: int, keys: list[tuple], args: argparse.Namespace
+) -> tuple[dict[tuple, dict | None], list[dict]]:
+    """Time ``keys`` on GPU ``gpu``: the entries found (None for a pair that two launches
+    beat) and, with ``--training``, every timing as a record."""
+    torch.cuda.set_device(gpu)
+    dtype = getattr(torch, args.dtype)
     start = time.monotonic()
-    candidates = {key: candidates_of_key(key, dtype) for key in keys}
+    if args.training:
+        default = {k: candidates_of_key(k, dtype)[0] for k in keys}
+        candidates = {k: [default[k], *MODEL_CANDIDATES] for k in keys}
+    else:
+        candidates = {key: candidates_of_key(key, dtype) for key in keys}
+    jobs = max(1, args.jobs // (args.gpus or torch.cuda.device_count()))
     pool = None
     compiling: dict[tuple, list[Future]] = {key: [] for key in keys}
-    if args.jobs > 1:
+    if jobs > 1:
         # Workers compile every key's candidates in order while this process times the
         # earlier keys (CUDA-graph replay times are GPU times, unaffected by host load).
-        pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=torch.cuda.set_device,
+            initargs=(gpu,),
+        )
         for key in keys:
-            jobs = compile_jobs(key, dtype, candidates[key])
-            compiling[key] = [pool.submit(_compile_into_cache, job) for job in jobs]
+            work = compile_jobs(key, dtype, candidates[key])
+            compiling[key] = [pool.submit(_compile_into_cache, job) for job in work]
+    found: dict[tuple, dict | None] = {}
+    records: list[dict] = []
+    sms = configs.sm_count(torch.device("cuda", gpu))
     try:
         for i, key in enumerate(keys, 1):
             if time.monotonic() - start > args.budget_s:
                 print(f"budget spent: {len(keys) - i + 1} keys left; run again to resume")
                 break
             m, n, k, _, layout, epilogue = key
-            print(f"[{i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout} {epilogue}", flush=True)
+            print(f"[gpu {gpu}: {i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout} {epilogue}")
             wait(compiling[key])
-            entry = tune_key(key, dtype, candidates[key], args.autotune)
-            if entry is None:
-                entries.pop(key, None)
-            else:
-                entries[key] = entry
+            a, b = operands(m, n, k, layout, dtype, torch.empty)
+            aligned = configs.tma_aligned(a, b) and n * dtype.itemsize % 16 == 0
+            record = functools.partial(_add_record, records, key, aligned, sms)
+            entry = tune_key(key, dtype, candidates[key], args.autotune, record)
+            found[key] = entry
+            if entry is not None:
                 print(
                     f"    best {entry['ms']:.4f} ms, aten {entry['aten_ms']:.4f} ms, "
                     f"speedup {entry['speedup_vs_aten']}",
                     flush=True,
                 )
-            write_table(output, entries, arch, command)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    return 0
+    return found, records
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from helion_ops import configs, tune
+from helion_ops import candidates, configs, shapes, tune
 from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
@@ -199,20 +199,20 @@ def test_an_epilogue_is_plain_or_loads_a_bias():
 
 
 def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened():
-    entry = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    entry = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
     fitted = configs.unflattened(entry)
     assert "range_flattens" not in fitted.config
     assert {**fitted.config, "range_flattens": [True, None]} == entry.config
-    plain = tune._config(128, 256, 64, 8, 3, "persistent_interleaved")
+    plain = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved")
     assert configs.unflattened(plain) is plain
 
 
 def test_table_lookup_by_epilogue_then_dtype():
     """A bias epilogue takes its own entry, else the plain entry unflattened; fp16 takes
     bf16's entry where it has none; a key not in the table gets None (Helion's default)."""
-    plain = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
-    bias = tune.BIAS_CANDIDATES[0]
-    fp16_plain = tune._config(128, 128, 64, 4, 4, "flat")
+    plain = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    bias = candidates.BIAS_CANDIDATES[0]
+    fp16_plain = candidates.config(128, 128, 64, 4, 4, "flat")
     table = {
         (4096, 4096, 512, "bfloat16", "rr", "plain"): plain,
         (4096, 4096, 512, "float16", "rr", "plain"): fp16_plain,
@@ -235,13 +235,13 @@ def test_table_lookup_by_epilogue_then_dtype():
 
 
 def test_describe_names_what_tells_candidates_apart():
-    flattened = tune._config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    flattened = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
     assert tune.describe(flattened) == (
         "[128, 256, 64] w8 s3 persistent_interleaved flattened tensor_descriptor"
     )
-    two_per_sm = tune._config(128, 128, 64, 4, 2, "persistent_interleaved", sm_multiplier=2)
+    two_per_sm = candidates.config(128, 128, 64, 4, 2, "persistent_interleaved", sm_multiplier=2)
     assert "2 per SM" in tune.describe(two_per_sm)
-    assert tune.describe(tune.SPLIT_CANDIDATES[-1]) == "[128, 256, 64] w8 s3 flat split_k 64"
+    assert tune.describe(candidates.SPLIT_CANDIDATES[-1]) == "[128, 256, 64] w8 s3 flat split_k 64"
 
 
 def test_tune_shape_flag_parses_mxnxk():
@@ -262,16 +262,16 @@ def test_tune_shape_flag_parses_mxnxk():
 )
 def test_tune_candidates_are_sized_to_the_output(mnk, kind):
     want = {
-        "small": tune.SMALL_CANDIDATES,
-        "medium": tune.SMALL_CANDIDATES + tune.CANDIDATES,
-        "large": tune.CANDIDATES,
-        "split": tune.SPLIT_CANDIDATES,
+        "small": candidates.SMALL_CANDIDATES,
+        "medium": candidates.SMALL_CANDIDATES + candidates.CANDIDATES,
+        "large": candidates.CANDIDATES,
+        "split": candidates.SPLIT_CANDIDATES,
     }[kind]
     assert tune.candidates_for(*mnk) == want
     assert (kind == "split") == all("split_k" in c.config for c in want)
     with_bias = tune.candidates_for(*mnk, "bias")
     if kind in ("medium", "large"):
-        assert with_bias == [*want, *tune.BIAS_CANDIDATES]
+        assert with_bias == [*want, *candidates.BIAS_CANDIDATES]
     else:
         assert with_bias == want
 
@@ -282,7 +282,7 @@ def test_bias_candidates_load_the_bias_by_pointer():
     a, b = torch.randn(512, 256), torch.randn(256, 512)
     bias = torch.randn(512, 512)
     bound = matmul_kernel.bind((a, b, lambda acc, tile: acc + bias[tile[0], tile[1]]))
-    code = bound.to_triton_code(tune.BIAS_CANDIDATES[0])
+    code = bound.to_triton_code(candidates.BIAS_CANDIDATES[0])
     assert code.count("tl.make_tensor_descriptor(") == 3
     assert code.count("tl.load(") == 1
     assert "flatten=True" in code
@@ -290,17 +290,17 @@ def test_bias_candidates_load_the_bias_by_pointer():
 
 def test_tune_candidates_are_distinct_and_valid_blocks():
     every = (
-        tune.SMALL_CANDIDATES,
-        tune.CANDIDATES,
-        tune.BIAS_CANDIDATES,
-        tune.SPLIT_CANDIDATES,
-        tune.PAIR_CANDIDATES,
-        tune.MEDIUM_PAIR_CANDIDATES,
+        candidates.SMALL_CANDIDATES,
+        candidates.CANDIDATES,
+        candidates.BIAS_CANDIDATES,
+        candidates.SPLIT_CANDIDATES,
+        candidates.PAIR_CANDIDATES,
+        candidates.MEDIUM_PAIR_CANDIDATES,
     )
-    for candidates in every:
-        configs_ = [repr(sorted(c.config.items())) for c in candidates]
+    for listed in every:
+        configs_ = [repr(sorted(c.config.items())) for c in listed]
         assert len(set(configs_)) == len(configs_)
-        for c in candidates:
+        for c in listed:
             assert all(b & (b - 1) == 0 and 16 <= b <= 256 for b in c.config["block_sizes"])
 
 
@@ -309,7 +309,7 @@ def test_tune_keys_cover_each_matmul_once_and_addmms_bias_epilogue():
     assert len(keys) == len(set(keys))
     assert (256, 256, 256, "bfloat16", "cr", "plain") in keys
     bias_keys = [key for key in keys if key[5] == "bias"]
-    assert bias_keys == [(*s, "bfloat16", "rr", "bias") for s in tune.ADDMM_SHAPES]
+    assert bias_keys == [(*s, "bfloat16", "rr", "bias") for s in shapes.ADDMM_SHAPES]
     one = tune.keys_of("addmm", [(20120, 512, 1536)], "float16", None)
     assert one == [
         (20120, 512, 1536, "float16", "rr", "plain"),
@@ -341,20 +341,20 @@ def test_tune_starts_a_pair_with_its_rule():
     key = (48, 40, 32, "float32", "rccr", "plain")
     assert tune.candidates_of_key(key, torch.float32) == [
         configs.pair_rule((48, 40, 32), (40, 32, 48), torch.float32),
-        *tune.PAIR_CANDIDATES,
+        *candidates.PAIR_CANDIDATES,
     ]
     medium = (1024, 1024, 4096, "bfloat16", "crrc", "plain")
     assert tune.candidates_of_key(medium, torch.bfloat16) == [
         configs.pair_rule((1024, 1024, 4096), (4096, 1024, 1024), torch.bfloat16),
-        *tune.MEDIUM_PAIR_CANDIDATES,
+        *candidates.MEDIUM_PAIR_CANDIDATES,
     ]
 
 
 def test_tune_compile_jobs_cover_every_candidate_once():
-    candidates = tune.SMALL_CANDIDATES[:5]
+    some = candidates.SMALL_CANDIDATES[:5]
     key = (512, 512, 512, "bfloat16", "rc", "plain")
-    jobs = tune.compile_jobs(key, torch.bfloat16, candidates)
+    jobs = tune.compile_jobs(key, torch.bfloat16, some)
     assert {job[:6] for job in jobs} == {(512, 512, 512, "rc", "plain", "bfloat16")}
     shipped = [config for job in jobs for config in job[6]]
-    assert shipped == [dict(c) for c in candidates]
-    assert all(helion.Config(**config) == c for config, c in zip(shipped, candidates, strict=True))
+    assert shipped == [dict(c) for c in some]
+    assert all(helion.Config(**config) == c for config, c in zip(shipped, some, strict=True))

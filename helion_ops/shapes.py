@@ -1,0 +1,60 @@
+"""Shape sets of the tuner: the targets' products and the model's training grid.
+
+``benchmarks/shapes/validation.csv`` holds the shapes that measure how the model generalizes;
+none of their products may be in the training grid or the tuned table (a test checks it).
+"""
+
+from __future__ import annotations
+
+# (M, N, K) of the gemm and addmm targets; addmm's are tritonbench's first 8 default shapes
+# (its (M, K, N) reordered) and two squares.
+GEMM_SHAPES = [
+    *[(s, s, s) for s in (256, 512, 1024, 2048, 4096)],
+    *[(8192, 8192, k) for k in (1024, 2048, 4096, 8192, 16384)],
+    (4096, 1024, 1024),
+    (12288, 2048, 2048),
+    (1024, 4096, 1024),
+    (2048, 12288, 2048),
+    (1000000, 512, 512),
+    (1000000, 768, 256),
+]
+ADDMM_SHAPES = [
+    (m, 512, 1536) for m in (20120, 34579, 34839, 35561, 35916, 19735, 34533, 35791)
+] + [(1024, 1024, 1024), (8192, 8192, 8192)]
+
+# The model's training grid: sizes of no particular model, spread on a log scale from 384 to
+# 48k rows and columns and K from 512 to 11k, so that tile counts land anywhere between
+# a fraction of a wave and many waves, with tails; three shapes with sizes whose rows are not
+# 16-byte aligned (tensor descriptors fall back to pointers there); and some target shapes.
+TRAINING_SHAPES = [
+    (640, 640, 640),
+    (896, 1152, 2304),
+    (1280, 1280, 5120),
+    (1792, 2816, 1280),
+    (2304, 2304, 2304),
+    (2816, 1792, 7168),
+    (3584, 3584, 1536),
+    (4608, 2560, 3072),
+    (5632, 5632, 2560),
+    (6656, 1408, 4608),
+    (9728, 3328, 1792),
+    (11264, 6400, 3840),
+    (1408, 9216, 2816),
+    (2560, 20480, 1024),
+    (20480, 2560, 2048),
+    (24576, 768, 1408),
+    (48128, 384, 896),
+    (768, 5376, 11264),
+    (3328, 9728, 6144),
+    (2500, 1700, 1203),
+    (1201, 3001, 2047),
+    (7001, 999, 1500),
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (4096, 1024, 1024),
+    (1024, 4096, 1024),
+    (12288, 2048, 2048),
+    (8192, 8192, 4096),
+]
