@@ -2,9 +2,10 @@
 
 An exact table fits the shapes it was tuned on; users bring their own. What decides a tile
 shape's time on a new shape is mostly how its tiles fill the SMs: a product of ``tiles``
-output tiles runs in ``rounds = ceil(tiles / (SMs * resident))`` waves (``resident``:
-programs one SM holds at once), each of ``steps = ceil(K / bk)`` K steps. So for each
-candidate of ``MODEL_CANDIDATES`` and each operand layout the model is
+output tiles gives the busiest SM ``rounds = ceil(tiles / SMs)`` of them, each of
+``steps = ceil(K / bk)`` K steps (programs that share an SM share its tensor cores, so
+residency changes the rate, not the count). So for each candidate of ``MODEL_CANDIDATES``
+and each operand layout the model is
 
     time = a * rounds * steps + b * rounds + c
 
@@ -12,13 +13,15 @@ candidate of ``MODEL_CANDIDATES`` and each operand layout the model is
 dot, the store); ``c``: the launch. Wave quantization (a last wave that leaves SMs idle),
 tails (tiles that overhang M or N, counted whole) and short K loops (where ``b`` dominates) all
 come out of it. ``a``, ``b`` and ``c`` are fit, per candidate and layout, by non-negative least
-squares on relative error over a training grid (``helion_ops.shapes.TRAINING_SHAPES``, timed
-by ``python -m helion_ops.tune --training``); ``python -m helion_ops.model`` does the fit and
-reports how well the choice holds on shapes left out of it.
+squares on relative error over the aligned shapes of a training grid
+(``helion_ops.shapes.TRAINING_SHAPES``, timed by ``python -m helion_ops.tune --training``).
+Operands whose rows are not 16-byte aligned cannot use tensor descriptors (Helion silently
+falls back to pointer indexing, and every load is masked), so each candidate also gets one
+factor for them: the geometric mean of measured over predicted time on the unaligned
+training shapes. ``python -m helion_ops.model`` does the fit and reports how well the choice
+holds on shapes left out of it.
 
-The choice: the candidate of least predicted time among those the operands allow (tensor
-descriptors need 16-byte-aligned operands: otherwise Helion silently falls back to pointer
-indexing, so only the pointer-indexed candidates, whose fit holds either way, are used).
+The choice: the candidate of least predicted time.
 """
 
 from __future__ import annotations
@@ -52,36 +55,12 @@ MODEL_CANDIDATES = [
     config(64, 32, 128, 4, 3, "flat", "pointer"),
 ]
 
-# Hopper: 228 KiB of shared memory per SM, 1 KiB of it reserved per program; 64K registers.
-SHARED_MEMORY_PER_SM = 228 * 1024
-REGISTERS_PER_SM = 65536
-MAX_PROGRAMS_PER_SM = 32
-
-
-def uses_tensor_descriptors(candidate: helion.Config) -> bool:
-    indexing = candidate.config.get("indexing", "pointer")
-    return "tensor_descriptor" in ([indexing] if isinstance(indexing, str) else indexing)
-
-
-def resident(candidate: helion.Config, itemsize: int = 2) -> int:
-    """Programs of this candidate one SM runs at once: a persistent kernel's multiplier, else
-    what shared memory (the pipeline's stages) and registers (the fp32 accumulator, about 40
-    more a thread) allow."""
-    c = candidate.config
-    if c.get("pid_type", "flat").startswith("persistent"):
-        return c.get("num_sm_multiplier", 1)
-    bm, bn, bk = c["block_sizes"]
-    shared = c["num_stages"] * (bm * bk + bk * bn) * itemsize + 1024
-    threads = 32 * c["num_warps"]
-    registers = threads * (bm * bn // threads + 40)
-    return max(1, min(SHARED_MEMORY_PER_SM // shared, REGISTERS_PER_SM // registers, 32))
-
 
 def features(candidate: helion.Config, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
     """(rounds * steps, rounds, 1): the terms the model's a, b and c multiply."""
     bm, bn, bk = candidate.config["block_sizes"]
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
-    rounds = math.ceil(tiles / (sms * resident(candidate)))
+    rounds = math.ceil(tiles / sms)
     return rounds * math.ceil(k / bk), rounds, 1
 
 
@@ -91,53 +70,59 @@ def layout_class(layout: str) -> str:
 
 
 class Model:
-    """Fitted (a, b, c) per candidate and layout; ``choose`` picks a config."""
+    """Fitted (a, b, c) per candidate and layout, and each candidate's factor for unaligned
+    operands; ``choose`` picks a config."""
 
-    def __init__(self, candidates: Sequence[helion.Config], params: Sequence[dict]) -> None:
+    def __init__(
+        self,
+        candidates: Sequence[helion.Config],
+        params: Sequence[dict],
+        unaligned: Sequence[float | None],
+    ) -> None:
         self.candidates = list(candidates)
         self.params = list(params)  # per candidate: {layout: [a, b, c]}
+        self.unaligned = list(unaligned)  # per candidate: a factor, or None (never measured)
 
-    def predict(self, index: int, m: int, n: int, k: int, layout: str, sms: int) -> float | None:
+    def predict(
+        self, index: int, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+    ) -> float | None:
         """Predicted milliseconds of candidate ``index``, or None where it has no fit."""
         coefficients = self.params[index].get(layout_class(layout))
-        if coefficients is None:
+        factor = 1.0 if aligned else self.unaligned[index]
+        if coefficients is None or factor is None:
             return None
         x = features(self.candidates[index], m, n, k, sms)
-        return sum(c * f for c, f in zip(coefficients, x, strict=True))
-
-    def ranked(
-        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
-    ) -> list[tuple[float, int]]:
-        """(predicted ms, candidate index), fastest first, of the candidates allowed."""
-        ranking = []
-        for index, candidate in enumerate(self.candidates):
-            if not aligned and uses_tensor_descriptors(candidate):
-                continue
-            predicted = self.predict(index, m, n, k, layout, sms)
-            if predicted is not None:
-                ranking.append((predicted, index))
-        return sorted(ranking)
+        return factor * sum(c * f for c, f in zip(coefficients, x, strict=True))
 
     def choose(
         self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
     ) -> helion.Config | None:
-        ranking = self.ranked(m, n, k, layout, aligned, sms)
-        return self.candidates[ranking[0][1]] if ranking else None
+        """The candidate of least predicted time, or None where none has a fit."""
+        predicted = [
+            (t, i)
+            for i in range(len(self.candidates))
+            if (t := self.predict(i, m, n, k, layout, aligned, sms)) is not None
+        ]
+        return self.candidates[min(predicted)[1]] if predicted else None
 
     def to_json(self, **info: object) -> dict:
         return {
             **info,
-            "form": "ms = a * rounds * steps + b * rounds + c",
+            "form": "ms = a * rounds * steps + b * rounds + c, times unaligned where unaligned",
             "candidates": [
-                {"config": dict(c), "params": p}
-                for c, p in zip(self.candidates, self.params, strict=True)
+                {"config": dict(c), "params": p, "unaligned": u}
+                for c, p, u in zip(self.candidates, self.params, self.unaligned, strict=True)
             ],
         }
 
     @classmethod
     def from_json(cls, data: dict) -> Model:
         entries = data["candidates"]
-        return cls([helion.Config(**e["config"]) for e in entries], [e["params"] for e in entries])
+        return cls(
+            [helion.Config(**e["config"]) for e in entries],
+            [e["params"] for e in entries],
+            [e["unaligned"] for e in entries],
+        )
 
 
 @functools.cache
@@ -150,24 +135,26 @@ def shipped_model(arch: str) -> Model | None:
 
 
 def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CANDIDATES) -> Model:
-    """Fit (a, b, c) >= 0 per candidate and layout to timings.
+    """Fit the model to timings.
 
     Args:
-        records: one per timing: m, n, k, layout, sms, config (a dict) and ms.
+        records: one per timing: m, n, k, layout, aligned, sms, config (a dict) and ms.
         candidates: the configs to fit; records of other configs are ignored.
     """
     import numpy as np
     from scipy.optimize import nnls
 
     keys = [json.dumps(dict(c), sort_keys=True) for c in candidates]
+    mine = [
+        (keys.index(k), r)
+        for r in records
+        if (k := json.dumps(r["config"], sort_keys=True)) in keys
+    ]
     rows: dict[tuple[int, str], list[tuple[tuple[int, int, int], float]]] = {}
-    for r in records:
-        key = json.dumps(r["config"], sort_keys=True)
-        if key not in keys:
-            continue
-        index = keys.index(key)
-        x = features(candidates[index], r["m"], r["n"], r["k"], r["sms"])
-        rows.setdefault((index, r["layout"]), []).append((x, r["ms"]))
+    for index, r in mine:
+        if r["aligned"]:
+            x = features(candidates[index], r["m"], r["n"], r["k"], r["sms"])
+            rows.setdefault((index, r["layout"]), []).append((x, r["ms"]))
     params: list[dict] = [{} for _ in candidates]
     for (index, layout), points in rows.items():
         x = np.array([p[0] for p in points], dtype=float)
@@ -175,7 +162,17 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
         # Relative error: each row divided by its time, so small shapes count as much as large.
         coefficients, _ = nnls(x / t[:, None], np.ones_like(t))
         params[index][layout] = [float(c) for c in coefficients]
-    return Model(candidates, params)
+    aligned_model = Model(candidates, params, [None] * len(candidates))
+    logs: list[list[float]] = [[] for _ in candidates]
+    for index, r in mine:
+        if not r["aligned"]:
+            predicted = aligned_model.predict(
+                index, r["m"], r["n"], r["k"], r["layout"], True, r["sms"]
+            )
+            if predicted:
+                logs[index].append(math.log(r["ms"] / predicted))
+    unaligned = [math.exp(sum(v) / len(v)) if v else None for v in logs]
+    return Model(candidates, params, unaligned)
 
 
 def _main(argv: list[str] | None = None) -> int:

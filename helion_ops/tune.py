@@ -1,7 +1,8 @@
 """Tune configs on a GPU: ``python -m helion_ops.tune [--shape MxNxK ...]``.
 
-For the shapes asked for (``--shape``, any size; by default the standard target sets) it times (with the split-K kernel where the launchers use
-it), for the three matmuls of a forward and backward (``a @ b``, ``grad_out @ b.T``,
+For the shapes asked for (``--shape``, any size; by default the standard target sets) it
+times (with the split-K kernel where the launchers use it), for the three matmuls of a
+forward and backward (``a @ b``, ``grad_out @ b.T``,
 ``a.T @ grad_out``), a list of candidate configs sized to the output plus Helion's own
 heuristic default against ``torch.mm`` on the same operands, and keeps the fastest. addmm's
 forward gets keys of its own, timed with its bias epilogue (an [M, N] bias, tritonbench's)
@@ -363,13 +364,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        print("helion_ops.tune needs a CUDA GPU", file=sys.stderr)
-        return 2
-    arch = configs.gpu_arch(torch.device("cuda"))
-    output = args.output or configs.user_table_path(arch)
-    table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
-    entries = {configs.entry_key(e): e for e in table["entries"]}
     if args.training:
         selected = training_keys(args.dtype)
     else:
@@ -381,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if not torch.cuda.is_available():
+        print("helion_ops.tune needs a CUDA GPU", file=sys.stderr)
+        return 2
+    arch = configs.gpu_arch(torch.device("cuda"))
+    output = args.output or configs.user_table_path(arch)
+    table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
+    entries = {configs.entry_key(e): e for e in table["entries"]}
     keys = [k for k in selected if args.training or args.force or k not in entries]
     if not keys:
         print(f"All {len(selected)} selected keys are in {output} already (--force re-measures)")

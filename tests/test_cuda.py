@@ -11,7 +11,7 @@ from conftest import DTYPES
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import configs, kernel
+from helion_ops import configs, kernel, model
 
 pytestmark = pytest.mark.cuda
 
@@ -94,6 +94,41 @@ def test_every_tuned_config_is_correct(key, bias_shape):
     if len(layout) == 2:
         assert configs.config_key(a, b) == key[:5]
     assert_matches(f"{key} bias {bias_shape}", got, same_dtype, want + a.double() @ b.double())
+
+
+# An aligned and an unaligned shape, neither in the table: every candidate the model may
+# choose must be right on both, with each epilogue it serves (a bias unflattened).
+MODEL_SHAPES = [(1000, 776, 336), (1001, 777, 333)]
+
+
+@pytest.mark.parametrize("layout", ["rr", "rc", "cr"])
+@pytest.mark.parametrize("m,n,k", MODEL_SHAPES, ids=str)
+@pytest.mark.parametrize("index", range(len(model.MODEL_CANDIDATES)))
+def test_every_model_candidate_is_correct(index, m, n, k, layout):
+    from reference import assert_matches
+
+    candidate = model.MODEL_CANDIDATES[index]
+    a = make((m, k), torch.bfloat16, transposed=layout[0] == "c").detach()
+    b = make((k, n), torch.bfloat16, transposed=layout[1] == "c").detach()
+    bias = make((m, n), torch.bfloat16).detach()
+    want = a.double() @ b.double()
+    plain = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
+    got = plain.compile_config(candidate)(a, b, kernel.scaled(1.0))
+    assert_matches(f"candidate {index} {layout}", got, torch.matmul(a, b), want)
+    epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
+    with_bias = kernel.matmul_kernel.bind((a, b, epilogue))
+    got = with_bias.compile_config(configs.unflattened(candidate))(a, b, epilogue)
+    assert_matches(f"candidate {index} {layout} bias", got, torch.addmm(bias, a, b), want + bias)
+
+
+@pytest.mark.parametrize("m,n,k", [(3000, 5000, 2000), (1536, 1536, 1536), (1001, 777, 333)])
+def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
+    a = make((m, k), torch.float16).detach()
+    b = make((k, n), torch.float16).detach()
+    bound = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
+    chosen = configs.choose_config(bound, a, b)
+    assert chosen in model.MODEL_CANDIDATES
+    check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
 def test_a_kernel_first_compiled_in_another_thread_runs_in_this_one():

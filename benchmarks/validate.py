@@ -1,0 +1,134 @@
+"""Speedup over aten on the validation shapes: ``python -m benchmarks.validate``.
+
+The shapes of ``benchmarks/shapes/validation.csv`` come from real models and were never used
+to fit or tune anything (``tests/test_validation.py`` checks it). For each dtype and op this
+runs ``run_bench.py`` (tritonbench, in this process) on them, aten and helion only: gemm in one
+call with ``--input`` (``--layout tt``, so that both gradients are compared), addmm one call
+per shape (tritonbench's addmm takes one ``--m/--k/--n``, with an [M, N] bias). Then it
+writes ``validation.csv`` and ``validation.json`` (per op, mode, dtype and shape: aten's and
+helion's latency, the speedup, helion's accuracy) and prints the geomean and minimum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+from benchmarks.main import main as run_bench
+
+VALIDATION_CSV = Path(__file__).parent / "shapes" / "validation.csv"
+BACKENDS = {
+    "gemm": ("aten_matmul", "helion_matmul_tritonbench"),
+    "addmm": ("aten_addmm", "helion_addmm_tritonbench"),
+}
+
+
+def read_shapes(path: Path) -> list[tuple[int, int, int]]:
+    with path.open() as f:
+        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
+
+
+def run(op: str, precision: str, modes: str, shapes_csv: Path, out: Path, extra: list[str]):
+    """The run_bench.py calls of one op and dtype, each into a folder of its own under out."""
+    common = ["--precision", precision, "--mode", modes, "--only", ",".join(BACKENDS[op])]
+    if op == "gemm":
+        shapes = ["--layout", "tt", "--input", str(shapes_csv.resolve())]
+        folder = out / f"gemm_{precision}"
+        run_bench(["--op", "gemm", *shapes, *common, "--output-dir", str(folder), *extra])
+        return
+    for m, n, k in read_shapes(shapes_csv):
+        sizes = ["--m", str(m), "--k", str(k), "--n", str(n)]
+        folder = out / f"addmm_{precision}" / f"{m}x{n}x{k}"
+        run_bench(["--op", "addmm", *sizes, *common, "--output-dir", str(folder), *extra])
+
+
+def collect(out: Path) -> list[dict]:
+    """One row per (op, dtype, mode, shape) from the JSON files run_bench wrote under out."""
+    rows = []
+    for path in sorted(out.rglob("*.json")):
+        if path.name == "validation.json":
+            continue
+        data = json.loads(path.read_text())
+        meta = data["meta"]
+        op, mode = meta["op"], meta["mode"]
+        precision = path.relative_to(out).parts[0].split("_")[1]
+        aten, helion = BACKENDS[op]
+        by_shape: dict[str, dict] = {}
+        for row in data["rows"]:
+            by_shape.setdefault(row["shape"], {})[row["backend"]] = row
+        for shape, backends in by_shape.items():
+            ours, theirs = backends.get(helion, {}), backends.get(aten, {})
+            speedup = ours.get("speedup")
+            if speedup is None and ours.get("latency") and theirs.get("latency"):
+                speedup = theirs["latency"] / ours["latency"]  # run without --metrics speedup
+            rows.append(
+                {
+                    "op": op,
+                    "mode": mode,
+                    "dtype": precision,
+                    "shape": shape,
+                    "aten_ms": theirs.get("latency"),
+                    "helion_ms": ours.get("latency"),
+                    "speedup": speedup,
+                    "accuracy": ours.get("accuracy"),
+                }
+            )
+    return rows
+
+
+def summarize(rows: list[dict]) -> list[str]:
+    """A line per (op, mode, dtype): shapes, geomean and min of the speedup, accuracy."""
+    lines = []
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["op"], row["mode"], row["dtype"]), []).append(row)
+    for (op, mode, dtype), group in sorted(groups.items()):
+        speedups = [(r["speedup"], r["shape"]) for r in group if isinstance(r["speedup"], float)]
+        inaccurate = [r["shape"] for r in group if r["accuracy"] != 1.0]
+        if not speedups:
+            lines.append(f"{op} {mode} {dtype}: no speedup measured")
+            continue
+        geomean = math.exp(sum(math.log(s) for s, _ in speedups) / len(speedups))
+        low, at = min(speedups)
+        below = sum(s < 0.85 for s, _ in speedups)
+        lines.append(
+            f"{op} {mode} {dtype}: {len(speedups)} shapes, geomean {geomean:.3f}, "
+            f"min {low:.3f} at {at}, {below} below 0.85"
+            + (f", accuracy not 1 at {inaccurate}" if inaccurate else "")
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", default="gemm,addmm")
+    parser.add_argument("--precision", default="bf16,fp16")
+    parser.add_argument("--mode", default="fwd,bwd")
+    parser.add_argument("--shapes", type=Path, default=VALIDATION_CSV)
+    parser.add_argument("--output-dir", type=Path, default=Path("validation_results"))
+    parser.add_argument(
+        "--summarize-only", action="store_true", help="only read the JSON already in the folder"
+    )
+    args, extra = parser.parse_known_args(argv)
+    out = args.output_dir
+    if not args.summarize_only:
+        for precision in args.precision.split(","):
+            for op in args.op.split(","):
+                run(op, precision, args.mode, args.shapes, out, extra)
+    rows = collect(out)
+    with (out / "validation.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["op"])
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = summarize(rows)
+    (out / "validation.json").write_text(json.dumps({"summary": lines, "rows": rows}, indent=1))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Compile the kernels of many shapes ahead of time, in parallel: ``python -m helion_ops.warmup``.
+
+Each new (shape, layout, dtype) compiles its kernels on first use, a few seconds each (the
+forward, and the backward's two products or their pair). Worker processes run the forward
+and backward of every shape once, so Triton's on-disk cache holds the compiled kernels and a
+later process (a training job, a benchmark) only loads them. Run it on the machine, and with
+the Triton cache directory, that will use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def warm_shape(job: tuple[int, int, int, str, str]) -> None:
+    """In a worker: one forward and backward of matmul, or of addmm with an [M, N] bias."""
+    import helion_ops
+
+    m, n, k, dtype_name, op = job
+    dtype = DTYPES[dtype_name]
+    a = torch.randn(m, k, device="cuda", dtype=dtype, requires_grad=True)
+    b = torch.randn(k, n, device="cuda", dtype=dtype, requires_grad=True)
+    if op == "addmm":
+        bias = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+        out = helion_ops.addmm(bias, a, b)
+    else:
+        out = helion_ops.matmul(a, b)
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # workers are reused: keep no shape's memory for the next
+
+
+def read_shapes(path: Path) -> list[tuple[int, int, int]]:
+    """(M, N, K) of each row of a CSV with M, N and K columns (tritonbench's gemm format)."""
+    with path.open() as f:
+        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
+
+
+def warm(shapes: list[tuple[int, int, int]], dtypes: list[str], ops: list[str], jobs: int) -> None:
+    """Compile the forward and backward kernels of every (shape, dtype, op) in ``jobs``
+    worker processes."""
+    work = [(*shape, dtype, op) for dtype in dtypes for op in ops for shape in shapes]
+    # The largest shapes first, so that they do not finish last.
+    work.sort(key=lambda w: -w[0] * w[1] * w[2])
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        list(pool.map(warm_shape, work))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shapes", type=Path, help="CSV with M, N, K columns")
+    parser.add_argument("--dtype", default="bf16", help="comma-separated: bf16, fp16, fp32")
+    parser.add_argument("--op", default="matmul,addmm", help="comma-separated: matmul, addmm")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("helion_ops.warmup needs a CUDA GPU", file=sys.stderr)
+        return 2
+    dtypes, ops = args.dtype.split(","), args.op.split(",")
+    for name, given, allowed in (("--dtype", dtypes, DTYPES), ("--op", ops, ("matmul", "addmm"))):
+        unknown = [g for g in given if g not in allowed]
+        if unknown:
+            print(
+                f"helion_ops.warmup: error: {name} {unknown} not in {list(allowed)}",
+                file=sys.stderr,
+            )
+            return 2
+    start = time.monotonic()
+    shapes = read_shapes(args.shapes)
+    warm(shapes, dtypes, ops, args.jobs)
+    count = len(shapes) * len(dtypes) * len(ops)
+    print(f"warmed {count} (shape, dtype, op) in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

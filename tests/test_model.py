@@ -1,0 +1,210 @@
+"""The wave model, its fit, the user table, and the shapes that measure how it generalizes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import helion
+import pytest
+import torch
+
+from helion_ops import configs, model, shapes, tune, warmup
+from helion_ops.candidates import config
+
+VALIDATION_CSV = Path(__file__).parent.parent / "benchmarks" / "shapes" / "validation.csv"
+
+
+def products(m: int, n: int, k: int) -> set[tuple[int, int, int]]:
+    """(M, N, K) of a shape's forward and both backward products."""
+    return {(m, n, k), (m, k, n), (k, n, m)}
+
+
+def validation_shapes() -> list[tuple[int, int, int]]:
+    with VALIDATION_CSV.open() as f:
+        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
+
+
+def test_validation_shapes_were_never_fit_or_tuned():
+    """No product of a validation shape is a product of a training shape or a table key."""
+    fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
+    table = json.loads((Path(configs.__file__).parent / "tuned" / "sm90.json").read_text())
+    tuned = {(e["m"], e["n"], e["k"]) for e in table["entries"]}
+    validation = validation_shapes()
+    assert len(validation) >= 30 and len(set(validation)) == len(validation)
+    for shape in validation:
+        assert not products(*shape) & fitted, f"{shape} is a training point"
+        assert not products(*shape) & tuned, f"{shape} is a table key"
+
+
+def test_the_check_above_can_fail():
+    fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
+    assert products(4096, 4096, 4096) & fitted
+    assert products(1024, 4096, 1024) & fitted  # its backward's (1024, 1024, 4096) too
+
+
+SMS = 132
+BIG = config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+SMALL = config(64, 64, 128, 4, 3, "flat", "pointer")
+
+
+def synthetic_records(params: dict, unaligned: dict) -> list[dict]:
+    """Timings that follow the model exactly, for two candidates on a grid of shapes."""
+    records = []
+    for m in (512, 1024, 3000, 8192):
+        for n in (256, 2048, 5000):
+            for k in (256, 1024, 4096):
+                for candidate in (BIG, SMALL):
+                    a, b, c = params[id(candidate)]
+                    x = model.features(candidate, m, n, k, SMS)
+                    ms = a * x[0] + b * x[1] + c
+                    aligned = k % 8 == 0 and (m, n) != (3000, 5000)
+                    if not aligned:
+                        ms *= unaligned[id(candidate)]
+                    records.append(
+                        {
+                            "m": m,
+                            "n": n,
+                            "k": k,
+                            "layout": "rr",
+                            "aligned": aligned,
+                            "sms": SMS,
+                            "config": dict(candidate),
+                            "ms": ms,
+                            "aten_ms": ms,
+                        }
+                    )
+    return records
+
+
+def test_the_fit_recovers_the_parameters_and_the_unaligned_factor():
+    params = {id(BIG): (7e-4, 3e-3, 2e-3), id(SMALL): (9e-5, 1e-3, 0.0)}
+    unaligned = {id(BIG): 1.5, id(SMALL): 1.1}
+    fitted = model.fit(synthetic_records(params, unaligned), [BIG, SMALL])
+    for i, candidate in enumerate((BIG, SMALL)):
+        assert fitted.params[i]["rr"] == pytest.approx(params[id(candidate)], rel=1e-6, abs=1e-9)
+    assert fitted.unaligned == pytest.approx([1.5, 1.1])
+
+
+def test_the_choice_follows_waves():
+    """Big tiles where they fill the SMs; small ones where big tiles leave most SMs idle."""
+    m = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {"rr": [2.5e-4, 1e-3, 0.0]}], [1, 1])
+    assert m.choose(8192, 8192, 4096, "rr", True, SMS) is BIG  # 16 rounds of big tiles
+    assert m.choose(256, 512, 4096, "rr", True, SMS) is SMALL  # 4 big tiles for 132 SMs
+    # A layout without a fit of its own uses row-major's; a candidate without any is skipped.
+    assert m.choose(256, 512, 4096, "cc", True, SMS) is SMALL
+    only_big = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {}], [1, None])
+    assert only_big.choose(256, 512, 4096, "rr", True, SMS) is BIG
+    assert only_big.choose(256, 512, 4096, "rc", True, SMS) is None  # 'rc' has its own fit
+    assert (
+        model.Model([SMALL], [{"rr": [1, 1, 1]}], [None]).choose(8, 8, 8, "rr", False, SMS) is None
+    )
+
+
+def test_the_shipped_model_loads_and_chooses_for_any_shape():
+    shipped = model.shipped_model("sm90")
+    assert shipped is not None
+    assert len(shipped.candidates) == len(model.MODEL_CANDIDATES)
+    for m, n, k in validation_shapes():
+        for layout in ("rr", "rc", "cr"):
+            for aligned in (True, False):
+                assert shipped.choose(m, n, k, layout, aligned, SMS) is not None
+    # What it has learnt: 128x256 tiles for large squares, smaller ones where those leave
+    # most SMs idle.
+    assert shipped.choose(8192, 8192, 8192, "rr", True, SMS).config["block_sizes"] == [128, 256, 64]
+    small = shipped.choose(512, 512, 512, "rr", True, SMS).config["block_sizes"]
+    assert small[0] * small[1] <= 128 * 128
+
+
+@pytest.mark.parametrize(
+    "m,n,k,split",
+    [(1536, 512, 20120, 8), (256, 768, 1000000, 32), (512, 512, 1000000, 32), (128, 128, 9000, 64)],
+)
+def test_split_rule_gives_about_two_programs_per_sm(m, n, k, split):
+    chosen = configs.split_rule(m, n, k, SMS)
+    assert chosen.config["split_k"] == split
+    tiles = math.ceil(m / 128) * math.ceil(n / 256)
+    assert tiles * split <= 2 * SMS or split == 1
+
+
+def test_tensor_descriptor_alignment():
+    rows = torch.empty(64, 40, dtype=torch.bfloat16)  # 80-byte rows
+    assert configs.tma_aligned(rows, rows.T)
+    assert not configs.tma_aligned(torch.empty(64, 41, dtype=torch.bfloat16))  # 82-byte rows
+    assert not configs.tma_aligned(rows[:, 1:])  # base 2 bytes past an aligned one
+    assert not configs.tma_aligned(rows[:, ::2])  # no unit stride
+
+
+def test_user_table_is_read_over_the_shipped_one(tmp_path, monkeypatch):
+    key = (1536, 1536, 1536, "bfloat16", "rr", "plain")
+    entry = {
+        "m": 1536,
+        "n": 1536,
+        "k": 1536,
+        "dtype": "bfloat16",
+        "layout": "rr",
+        "epilogue": "plain",
+        "config": dict(SMALL),
+    }
+    shipped_key = next(
+        iter(
+            configs.read_entries(
+                (Path(configs.__file__).parent / "tuned" / "sm90.json").read_text()
+            )
+        )
+    )
+    override = {
+        **entry,
+        **dict(zip(("m", "n", "k", "dtype", "layout", "epilogue"), shipped_key, strict=True)),
+    }
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"entries": [entry, override]}))
+    monkeypatch.setenv(configs.TABLE_ENV, str(path))
+    configs.tuned_table.cache_clear()
+    try:
+        table = configs.tuned_table("sm90")
+        assert table[key] == helion.Config(**configs.portable(dict(SMALL)))
+        assert table[shipped_key] == helion.Config(**configs.portable(dict(SMALL)))
+        assert len(table) > 2  # the shipped entries are still there
+    finally:
+        monkeypatch.delenv(configs.TABLE_ENV)
+        configs.tuned_table.cache_clear()
+
+
+def test_user_table_path_defaults_to_the_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv(configs.TABLE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert configs.user_table_path("sm90") == tmp_path / "helion_ops" / "sm90.json"
+    monkeypatch.setenv(configs.TABLE_ENV, "/x/y.json")
+    assert configs.user_table_path("sm90") == Path("/x/y.json")
+
+
+def test_tune_takes_any_shape_and_refuses_an_empty_selection(capsys):
+    keys = tune.keys_of(None, [(1536, 1536, 1536), (5000, 3000, 1000)], "float16", None)
+    assert (1536, 1536, 1536, "float16", "rr", "plain") in keys
+    assert (1000, 3000, 5000, "float16", "cr", "plain") in keys
+    assert (5000, 3000, 1000, "float16", "rr", "bias") in keys
+    assert tune.keys_of("gemm", [(1536, 1536, 1536)], "float16", "bias") == []
+    assert tune.main(["--only", "gemm", "--epilogue", "bias", "--shape", "1536x1536x1536"]) == 2
+    assert "select no key" in capsys.readouterr().err
+
+
+def test_tune_gpus_flag():
+    assert tune.parse_gpus("all") == 0
+    assert tune.parse_gpus("2") == 2
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(Exception, match="--gpus"):
+            tune.parse_gpus(bad)
+
+
+def test_training_keys_are_single_products_the_model_chooses_for():
+    keys = tune.training_keys("bfloat16")
+    assert len(keys) == len(set(keys)) > 60
+    assert all(len(k[4]) == 2 and k[5] == "plain" for k in keys)
+    assert not any(tune.wants_split_k(*k[:3]) for k in keys)
+
+
+def test_warmup_reads_tritonbench_shape_files():
+    assert warmup.read_shapes(VALIDATION_CSV) == validation_shapes()
