@@ -409,14 +409,4 @@ def test_run_bench_ci_fails_on_a_wrong_gradient(harness, tmp_path, monkeypatch, 
 def test_run_bench_shard_without_inputs_is_skipped(harness, tmp_path):
     # One input: shard 1 of 2 has none, which is no failure.
     assert main(bench_argv("fwd", tmp_path, "--shard", "1/2")) == 0
-    assert list(tmp_path.iterdir()) == []
-
-
-@needs_tritonbench
-def test_run_bench_goes_on_after_a_failing_op(harness, tmp_path, capsys):
-    assert main(bench_argv("fwd", tmp_path, ops="nosuchop,gemm")) == 1
-    summary = capsys.readouterr().out
-    assert "nosuchop is not found" in summary
-    assert (tmp_path / "gemm_fwd.json").exists()
-    document = json.loads((tmp_path / "nosuchop_fwd.json").read_text())
-    assert "nosuchop is not found" in document["error"]
+    assert [path.name for path in tmp_path.iterdir()] == ["run_shard1of2.log"]
