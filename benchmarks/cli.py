@@ -1,4 +1,9 @@
-"""The command line: our own flags, the tritonbench flags we plan with, and the rest passed on."""
+"""The command line, parsed once: our flags, the tritonbench flags the plan reads, the rest.
+
+Every flag the plan depends on becomes a typed field of ``Options`` here, and every check that
+needs no tritonbench runs here too, so a bad command line fails in a second, before tritonbench
+is imported. Flags we do not know go to tritonbench as given (``Options.passthrough``).
+"""
 
 from __future__ import annotations
 
@@ -10,20 +15,33 @@ from pathlib import Path
 from benchmarks.tritonbench_runner import INSTALL_COMMAND
 
 MODES = ("fwd", "bwd", "fwd_bwd", "fwd_no_grad")
+# The ops with a helion backend: any other tritonbench op would only run tritonbench's own.
+OPS = ("gemm", "addmm")
 
 # tritonbench flags that would break an in-process run of one op and mode, or that this
 # command sets itself.
 REJECTED_FLAGS = {
     "--isolate": "it runs ops in subprocesses, which lose the helion registration",
-    "--output": "the CSV goes to --output-dir",
     "--output-json": "the JSON goes to --output-dir",
     "--op-collection": "give the ops with --op",
 }
 
+# tritonbench flags that replace the op's shapes with a whole set of them: fine on a GPU, hours
+# in the CPU interpreter.
+SHAPE_SET_FLAGS = ("--input", "--llama", "--splitk", "--non-square", "--large-k-shapes")
+
+# The largest size the CPU interpreter runs in seconds: a 512^3 fp16 forward and backward took
+# 4.7 s on 2 cores (2026-11-30), and its time grows with M*N*K.
+INTERPRETER_MAX_SIZE = 512
+
+
+class UsageError(ValueError):
+    """A command line that cannot run as given; the message names the flag."""
+
 
 @dataclass(frozen=True)
 class Options:
-    """What to run: None in a field means "the suite's default"."""
+    """What to run: None in a field means "the suite's default" (or tritonbench's)."""
 
     ops: tuple[str, ...] | None
     modes: tuple[str, ...] | None
@@ -32,9 +50,26 @@ class Options:
     input_id: int | None
     num_inputs: int | None
     output_dir: Path
+    output: Path | None
     ci: bool
     shard: tuple[int, int] | None
+    full: bool
+    compare: Path | None
+    gpus: str | None
+    sizes: tuple[int, int, int] | None
+    precision: str | None
+    layout: str | None
+    device: str | None
+    bias_1d: str | None
+    rtol: str | None
+    atol: str | None
+    input_csv: str | None
+    shape_set: tuple[str, ...]
     passthrough: tuple[str, ...]
+
+    def interpreter(self, gpu: bool) -> bool:
+        """Whether the kernels run in Triton's CPU interpreter (no GPU, or --device cpu)."""
+        return not gpu or self.device == "cpu"
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -62,6 +97,12 @@ def _comma_list(text: str) -> tuple[str, ...]:
     return items
 
 
+def _gpus(text: str) -> str:
+    if text != "all" and not (text.isdigit() and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number or 'all', got {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of our flags and of the tritonbench flags the plan depends on."""
     parser = argparse.ArgumentParser(
@@ -70,9 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
         # Raw, so that the install command in the epilog is printed unbroken.
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Benchmark helion_ops under tritonbench, one in-process tritonbench call per op and\n"
-            "mode. With no --op, runs the standard suite (gemm and addmm, fwd and bwd).\n"
-            "Unknown flags (--precision, --m/--n/--k, --layout, ...) go to tritonbench as given."
+            "Benchmark helion_ops under tritonbench, one in-process tritonbench call per op,\n"
+            "mode and input. With no --op, runs the standard suite (gemm and addmm, fwd and\n"
+            "bwd) on a few representative shapes; --full runs every default shape of tritonbench\n"
+            "with torch.compile too. Unknown flags go to tritonbench as given."
         ),
         epilog=f"tritonbench is installed from git:\n  {INSTALL_COMMAND}",
     )
@@ -80,10 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     ours.add_argument(
         "--output-dir",
         type=Path,
-        help="where the CSV, JSON and PNG files go (default: bench_results/<UTC timestamp>)",
+        help="where the CSV, JSON, PNG and log files go (default: bench_results/<UTC timestamp>)",
     )
     ours.add_argument(
-        "--ci", action="store_true", help="exit 1 unless every helion accuracy cell is 1"
+        "--ci",
+        action="store_true",
+        help="exit 1 unless every helion accuracy cell is 1 (and, with --compare, no regression)",
     )
     ours.add_argument(
         "--shard",
@@ -93,8 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
     ours.add_argument(
         "--suite", action="store_true", help="the standard suite (implied without --op)"
     )
-    tb = parser.add_argument_group("tritonbench")
-    tb.add_argument("--op", type=_comma_list, help="operators, comma-separated")
+    ours.add_argument(
+        "--full",
+        action="store_true",
+        help="every default input of tritonbench and torch.compile too (prints its estimated time)",
+    )
+    ours.add_argument(
+        "--compare",
+        type=Path,
+        metavar="DIR",
+        help="an earlier run's output directory: print each latency's ratio to it",
+    )
+    ours.add_argument(
+        "--gpus",
+        type=_gpus,
+        metavar="N|all",
+        help="run the jobs on N local GPUs in parallel, one process per GPU",
+    )
+    tb = parser.add_argument_group("tritonbench (read by the plan, then passed on)")
+    tb.add_argument("--op", type=_comma_list, help=f"operators, comma-separated: {', '.join(OPS)}")
     tb.add_argument("--mode", type=_comma_list, help=f"modes, comma-separated: {', '.join(MODES)}")
     tb.add_argument("--bwd", action="store_true", help="same as --mode bwd")
     tb.add_argument("--fwd-bwd", action="store_true", help="same as --mode fwd_bwd")
@@ -106,6 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--only", help="backends (default: the suite's for each op and mode)")
     tb.add_argument("--input-id", type=int)
     tb.add_argument("--num-inputs", type=int)
+    tb.add_argument("--output", type=Path, metavar="PATH", help="tritonbench's CSV, here too")
+    for size in ("--m", "--n", "--k"):
+        tb.add_argument(size, type=int, help="one shape: give --m, --n and --k together")
+    tb.add_argument("--precision")
+    tb.add_argument("--layout")
+    tb.add_argument("--device", "-d")
+    tb.add_argument("--bias-1D-y", dest="bias_1d")
+    tb.add_argument("--rtol")
+    tb.add_argument("--atol")
+    tb.add_argument("--input", help="gemm: a CSV of shapes")
+    # Always passed (a failing backend then leaves an error cell); parsed so it is not doubled.
+    tb.add_argument("--keep-going", action="store_true", help=argparse.SUPPRESS)
+    for flag in SHAPE_SET_FLAGS[1:]:
+        tb.add_argument(flag, action="store_true")
     return parser
 
 
@@ -116,7 +191,7 @@ def parse_args(argv: list[str]) -> Options:
         argv: the arguments, without the program name.
 
     Returns:
-        The options; exits with status 2 and a message on a bad command line.
+        The options; exits with status 2 and a message naming the flag on a bad command line.
     """
     parser = build_parser()
     args, passthrough = parser.parse_known_args(argv)
@@ -124,14 +199,16 @@ def parse_args(argv: list[str]) -> Options:
         name = flag.split("=", 1)[0]
         if name in REJECTED_FLAGS:
             parser.error(f"{name} is not supported here: {REJECTED_FLAGS[name]}")
-    if args.suite and args.op:
-        parser.error("--suite runs gemm and addmm: drop --op or --suite")
-    if args.shard and (args.input_id is not None or args.num_inputs is not None):
-        parser.error("--shard chooses --input-id and --num-inputs itself: give one or the other")
+    try:
+        _check(args)
+    except UsageError as err:
+        parser.error(str(err))
     modes = _modes(parser, args)
     output_dir = args.output_dir or Path("bench_results") / datetime.datetime.now(
         datetime.timezone.utc
     ).strftime("%Y%m%dT%H%M%SZ")
+    sizes = (args.m, args.n, args.k) if args.m is not None else None
+    shape_set = tuple(flag for flag in SHAPE_SET_FLAGS if getattr(args, flag[2:].replace("-", "_")))
     return Options(
         ops=args.op,
         modes=modes,
@@ -140,10 +217,90 @@ def parse_args(argv: list[str]) -> Options:
         input_id=args.input_id,
         num_inputs=args.num_inputs,
         output_dir=output_dir,
+        output=args.output,
         ci=args.ci,
         shard=args.shard,
+        full=args.full,
+        compare=args.compare,
+        gpus=args.gpus,
+        sizes=sizes,
+        precision=args.precision,
+        layout=args.layout,
+        device=args.device,
+        bias_1d=args.bias_1d,
+        rtol=args.rtol,
+        atol=args.atol,
+        input_csv=args.input,
+        shape_set=shape_set,
         passthrough=tuple(passthrough),
     )
+
+
+def _check(args: argparse.Namespace) -> None:
+    """The checks that need nothing but the command line."""
+    unknown = [op for op in args.op or () if op not in OPS]
+    if unknown:
+        raise UsageError(
+            f"--op: unknown {', '.join(unknown)}; choose from {', '.join(OPS)} "
+            "(the ops with a helion backend)"
+        )
+    if args.suite and args.op:
+        raise UsageError("--suite runs gemm and addmm: drop --op or --suite")
+    given = [f"--{size}" for size in "mnk" if getattr(args, size) is not None]
+    for flag in given:
+        value = getattr(args, flag[2:])
+        if value <= 0:
+            raise UsageError(f"{flag} must be a positive size, got {value}")
+    if given and len(given) < 3:
+        missing = [f"--{size}" for size in "mnk" if f"--{size}" not in given]
+        raise UsageError(
+            f"{' '.join(given)} without {' and '.join(missing)}: tritonbench takes a shape only "
+            "from all three together and would run its default shapes instead"
+        )
+    if args.num_inputs is not None and args.num_inputs <= 0:
+        raise UsageError(f"--num-inputs must be positive, got {args.num_inputs}")
+    if args.input_id is not None and args.input_id < 0:
+        raise UsageError(f"--input-id must be 0 or more, got {args.input_id}")
+    if args.shard and (args.input_id is not None or args.num_inputs is not None):
+        raise UsageError(
+            "--shard chooses --input-id and --num-inputs itself: give one or the other"
+        )
+    if args.gpus and args.shard:
+        raise UsageError("--gpus gives each GPU a --shard itself: give one or the other")
+    if args.gpus and args.output:
+        raise UsageError("--output with --gpus: the CSVs are in --output-dir, one per GPU")
+    if args.full and (given or args.input):
+        raise UsageError("--full runs tritonbench's default shapes: drop --full or the shapes")
+    if args.output is not None and args.output.suffix != ".csv":
+        raise UsageError(f"--output must name a .csv file, got {str(args.output)!r}")
+
+
+def check_runnable(options: Options, gpu: bool) -> None:
+    """Refuse what would run the CPU interpreter on full-size shapes (hours at full CPU).
+
+    Args:
+        options: the parsed command line.
+        gpu: whether a CUDA GPU is present.
+
+    Raises:
+        UsageError: naming the flag that would do it.
+    """
+    if not options.interpreter(gpu):
+        return
+    where = "without a GPU" if not gpu else "with --device cpu"
+    if options.shape_set:
+        raise UsageError(
+            f"{options.shape_set[0]}: a set of full-size shapes; {where} the kernels run in "
+            "Triton's CPU interpreter: give small --m/--n/--k instead"
+        )
+    if options.full:
+        raise UsageError(f"--full: tritonbench's default shapes take hours {where}")
+    for flag, value in zip(("--m", "--n", "--k"), options.sizes or (), strict=False):
+        if value > INTERPRETER_MAX_SIZE:
+            raise UsageError(
+                f"{flag} {value}: {where} the kernels run in Triton's CPU interpreter; give "
+                f"sizes up to {INTERPRETER_MAX_SIZE}"
+            )
 
 
 def _modes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -155,36 +312,3 @@ def _modes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[s
     if unknown:
         parser.error(f"--mode: unknown {unknown}; choose from {', '.join(MODES)}")
     return tuple(modes) or None
-
-
-def has_flag(argv: tuple[str, ...] | list[str], *names: str) -> bool:
-    """Whether argv holds any of the flags, as ``--flag value`` or ``--flag=value``.
-
-    Args:
-        argv: command-line arguments.
-        names: flag names such as "--m".
-
-    Returns:
-        True if one of them is present.
-    """
-    return any(arg.split("=", 1)[0] in names for arg in argv)
-
-
-def flag_value(argv: tuple[str, ...] | list[str], name: str, default: str) -> str:
-    """The value of a flag given as ``--flag value`` or ``--flag=value`` (the last one wins).
-
-    Args:
-        argv: command-line arguments.
-        name: the flag, such as "--precision".
-        default: the value when the flag is absent.
-
-    Returns:
-        The flag's value.
-    """
-    value = default
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-    return value

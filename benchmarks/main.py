@@ -1,8 +1,9 @@
 """``run_bench.py`` / ``helion-ops-bench``: tritonbench on helion_ops, stamped results, a summary.
 
-Each (op, mode) is one in-process tritonbench call with the helion backends registered; its
-CSV is parsed and written to the output directory as a stamped CSV, a JSON and a PNG. A call
-that fails is recorded and the run goes on.
+Each input of each (op, mode) is one in-process tritonbench call with the helion backends
+registered, announced by a progress line while its own output goes to ``run.log``; a job's
+calls are merged into a stamped CSV, a JSON and a PNG in the output directory. A call that
+fails is recorded and the run goes on.
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from benchmarks.cli import parse_args
+from benchmarks.cli import check_runnable, parse_args
+from benchmarks.compare import comparison, latencies_in, latencies_of_results, regression
+from benchmarks.gpus import gpu_count, run_workers
 from benchmarks.plot import write_plot
+from benchmarks.progress import Progress, clock, output_to
 from benchmarks.report import ci_failures, summary_table
 from benchmarks.results import (
     FLOPS_PER_FORWARD,
     JobResult,
     add_corrected_tflops,
+    merge_csv,
     parse_tritonbench_csv,
+    read_json,
     run_metadata,
     write_csv,
     write_json,
@@ -39,7 +45,7 @@ from benchmarks.tritonbench_runner import (
 
 if TYPE_CHECKING:
     from benchmarks.cli import Options
-    from benchmarks.suite import Job
+    from benchmarks.suite import Call, Job
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,17 +56,30 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         The exit status: 0; 1 when a tritonbench call failed or, with --ci, when a helion
-        accuracy cell is not 1 or is missing; 2 on a bad command line or without tritonbench.
+        accuracy cell is not 1 or is missing, or --compare finds a regression; 2 on a bad
+        command line or without tritonbench.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     options = parse_args(argv)
     gpu = torch.cuda.is_available()
+    try:
+        check_runnable(options, gpu)
+        workers = gpu_count(options.gpus, torch.cuda.device_count()) if options.gpus else 0
+    except ValueError as err:
+        print(f"run_bench.py: error: {err}", file=sys.stderr)
+        return 2
+    if workers:
+        options.output_dir.mkdir(parents=True, exist_ok=True)
+        statuses = run_workers(argv, workers, options.output_dir)
+        shards = [read_json(path) for path in sorted(options.output_dir.glob("*.json"))]
+        return max(_finish(options, merge_shards(shards), None), *statuses)
+
     latency_note = None
-    if not gpu:
+    if options.interpreter(gpu):
         latency_note = CPU_LATENCY_NOTE
         print(
-            "No CUDA GPU: running on the CPU in Triton's interpreter (TRITON_INTERPRET=1), "
-            f"tiny shapes, aten and helion only; latency is {CPU_LATENCY_NOTE}."
+            "Running on the CPU in Triton's interpreter (TRITON_INTERPRET=1), tiny shapes, "
+            f"aten and helion only; latency is {CPU_LATENCY_NOTE}."
         )
         # Before Triton is first imported (through Helion or tritonbench): the interpreter
         # cannot call the functions Triton jit-decorates at import without it.
@@ -85,69 +104,155 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return 2
     options.output_dir.mkdir(parents=True, exist_ok=True)
+    log = options.output_dir / _with_shard("run", options, ".log")
+    with output_to(log):
+        planned = [(job, _calls(job, options)) for job in jobs]
+    estimates = [job.seconds_per_call() for job, calls in planned for _ in calls]
+    if options.full:
+        print(f"--full: {len(estimates)} tritonbench calls, about {clock(sum(estimates))}.")
+    print(f"tritonbench's own output goes to {log}", flush=True)
+
     meta = run_metadata(shlex.join([sys.argv[0], *argv]))
+    meta["precision"] = options.precision or "fp16"
     if latency_note:
         meta["latency"] = latency_note
-    input_counts: dict[str, int] = {}
+    progress = Progress(estimates)
     results = []
-    for i, job in enumerate(jobs, 1):
-        print(f"[{i}/{len(jobs)}] {job.op} {job.mode}", flush=True)
-        try:
-            results.append(_run_job(job, options, meta, input_counts))
-        except Exception as err:
-            # The other ops and modes still run; the summary and --ci report this one.
-            results.append(JobResult(job, error=f"{type(err).__name__}: {err}"))
+    for job, calls in planned:
+        texts, errors = [], []
+        for call in calls:
+            shard = f" shard {options.shard[0]}/{options.shard[1]}" if options.shard else ""
+            print(progress.line(f"{job.op} {job.mode} {call.label}{shard}: "
+                                f"{', '.join(job.backends)}"), flush=True)  # fmt: skip
+            with output_to(log):
+                text, error = _call_tritonbench([*job.argv, *call.argv])
+            progress.advance()
+            texts.append(text)
+            if error:
+                errors.append(f"{call.label}: {error}" if len(calls) > 1 else error)
+        output = _output_path(options, job, len(jobs))
+        results.append(_write_job(job, calls, texts, errors, options, meta, output))
+    return _finish(options, results, latency_note)
 
+
+def merge_shards(results: list[JobResult]) -> list[JobResult]:
+    """One result per (op, mode, precision): the rows of its shards together, errors joined.
+
+    Args:
+        results: the results of every shard, as read back from their JSON files.
+
+    Returns:
+        The merged results, in first-seen order.
+    """
+    merged: dict[tuple[str, str, str], JobResult] = {}
+    for result in results:
+        key = (result.job.op, result.job.mode, result.precision)
+        if key not in merged:
+            merged[key] = JobResult(result.job, result.x_label, precision=result.precision)
+        into = merged[key]
+        into.rows += result.rows
+        if result.error:
+            into.error = "; ".join(filter(None, [into.error, result.error]))
+    return list(merged.values())
+
+
+def _finish(options: Options, results: list[JobResult], latency_note: str | None) -> int:
+    """The summary, the files written, the comparison and the exit status."""
     print(summary_table(results, latency_note))
-    print(f"Results in {options.output_dir}")
+    print(f"Results in {options.output_dir}:")
+    for pattern in ("*.csv", "*.json", "*.png", "*.log"):
+        for path in sorted(options.output_dir.glob(pattern)):
+            print(f"  {path}")
+    if options.output is not None:
+        for path in sorted(options.output.parent.glob(f"{options.output.stem}*.csv")):
+            print(f"  {path} (tritonbench's CSV)")
     failed = any(result.error for result in results)
-    if options.ci:
-        failures = ci_failures(results)
-        for failure in failures:
-            print(f"CI failure: {failure}", file=sys.stderr)
-        failed = failed or bool(failures)
-    return 1 if failed else 0
+    failures = ci_failures(results) if options.ci else []
+    if options.compare is not None:
+        table, geomean = comparison(latencies_of_results(results), latencies_in(options.compare))
+        print(f"Against {options.compare}:\n{table}")
+        if geomean is not None:
+            print(f"helion's speedup over aten, now / then, geomean: {geomean:.3f}")
+        why = regression(geomean)
+        if options.ci and why:
+            failures.append(why)
+    for failure in failures:
+        print(f"CI failure: {failure}", file=sys.stderr)
+    return 1 if failed or failures else 0
 
 
-def _run_job(
-    job: Job, options: Options, meta: dict[str, str], input_counts: dict[str, int]
+def _with_shard(stem: str, options: Options, suffix: str) -> str:
+    if options.shard is None:
+        return stem + suffix
+    index, count = options.shard
+    return f"{stem}_shard{index}of{count}{suffix}"
+
+
+def _calls(job: Job, options: Options) -> list[Call]:
+    """The job's calls in this shard: its shapes, or tritonbench's inputs chosen by id."""
+    if job.shapes is not None:
+        calls = job.calls()
+    else:
+        total = count_inputs(job.argv)
+        first = options.input_id or 0
+        end = total if options.num_inputs is None else min(total, first + options.num_inputs)
+        calls = job.calls(range(first, end))
+    if options.shard is None:
+        return calls
+    first, count = shard_range(len(calls), options.shard)
+    return calls[first : first + count]
+
+
+def _write_job(
+    job: Job,
+    calls: list[Call],
+    texts: list[str],
+    errors: list[str],
+    options: Options,
+    meta: dict[str, str],
+    output: Path | None,
 ) -> JobResult:
-    """Run one job (its shard's inputs only) and write its CSV, JSON and PNG."""
-    result = JobResult(job)
-    argv = list(job.argv)
-    suffix = ""
-    if options.shard:
-        index, count = options.shard
-        suffix = f"_shard{index}of{count}"
-        if job.op not in input_counts:
-            input_counts[job.op] = count_inputs(argv)
-        start, num = shard_range(input_counts[job.op], options.shard)
-        if num == 0:
-            result.note = f"no inputs in shard {index}/{count}"
-            return result
-        argv += ["--input-id", str(start), "--num-inputs", str(num)]
-
-    text, result.error = _call_tritonbench(argv)
+    """Merge a job's calls into its result and write its CSV, JSON, PNG (and --output CSV)."""
+    result = JobResult(job, precision=meta["precision"])
+    if not calls:
+        index, count = options.shard or (0, 1)
+        result.note = f"no inputs in shard {index}/{count}"
+        return result
+    text = merge_csv(texts)
     result.x_label, result.rows = parse_tritonbench_csv(text)
+    result.error = "; ".join(errors) or None
     add_corrected_tflops(result.rows, job.mode)
     file_meta = {
         **meta,
         "op": job.op,
         "mode": job.mode,
-        "tritonbench_args": shlex.join(argv),
+        "tritonbench_args": shlex.join(job.argv),
+        "inputs": ", ".join(call.label for call in calls),
         "tflops_corrected": f"tflops x {FLOPS_PER_FORWARD[job.mode]}, as tritonbench counts "
         "only the forward's FLOPs",
     }
     if result.error:
         file_meta["error"] = result.error
-    stem = options.output_dir / f"{job.name}{suffix}"
+    stem = options.output_dir / _with_shard(job.name, options, "")
     write_csv(stem.with_suffix(".csv"), file_meta, text)
     write_json(stem.with_suffix(".json"), file_meta, result)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
     try:
         write_plot(stem.with_suffix(".png"), f"{job.op} {job.mode}", result.rows, file_meta)
     except ImportError as err:
         print(f"No plot ({err}): pip install 'helion_ops[bench]'", file=sys.stderr)
     return result
+
+
+def _output_path(options: Options, job: Job, num_jobs: int) -> Path | None:
+    """``--output PATH``: the path itself for a run of one op and mode, else one file per job
+    beside it (``x_gemm_fwd.csv``), as tritonbench writes one CSV per op."""
+    if options.output is None or (num_jobs == 1 and options.shard is None):
+        return options.output
+    name = _with_shard(f"{options.output.stem}_{job.name}", options, options.output.suffix)
+    return options.output.with_name(name)
 
 
 def _call_tritonbench(argv: list[str]) -> tuple[str, str | None]:
@@ -161,3 +266,7 @@ def _call_tritonbench(argv: list[str]) -> tuple[str, str | None]:
             # One op failing must not end the run; tritonbench still writes what it measured.
             error = f"{type(err).__name__}: {err}"
         return (csv_path.read_text() if csv_path.exists() else ""), error
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,12 +15,10 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from benchmarks.suite import Job
+from benchmarks.suite import Job
 
 Value = float | str | None
 
@@ -51,6 +49,7 @@ class JobResult:
     rows: list[Row] = field(default_factory=list)
     error: str | None = None
     note: str | None = None
+    precision: str = "fp16"
 
 
 def parse_cell(text: str) -> Value:
@@ -86,6 +85,51 @@ def parse_tritonbench_csv(text: str) -> tuple[str, list[Row]]:
             row = rows.setdefault((shape, backend), Row(shape, backend, {}))
             row.metrics[metric] = parse_cell(cell)
     return header[0], list(rows.values())
+
+
+def merge_csv(texts: list[str]) -> str:
+    """tritonbench's CSVs of several calls of one job as one: the header once, no averages.
+
+    Args:
+        texts: each call's ``--output`` CSV (an empty one where the call wrote none).
+
+    Returns:
+        One CSV; a call whose header differs (another set of backends) keeps its header.
+    """
+    if len(texts) == 1:
+        return texts[0]  # one call: tritonbench's file as it wrote it, average row included
+    lines: list[str] = []
+    header = None
+    for text in texts:
+        table = text.splitlines(keepends=True)
+        if not table:
+            continue
+        if table[0] != header:
+            header = table[0]
+            lines.append(header)
+        lines += [line for line in table[1:] if not line.startswith("average;")]
+    return "".join(lines)
+
+
+def read_json(path: Path) -> JobResult:
+    """A result JSON written by ``write_json``, read back (for merging the runs of several GPUs).
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its JobResult; the job's command line is the one recorded in the file.
+    """
+    document = json.loads(path.read_text())
+    meta = document["meta"]
+    rows = []
+    for row in document["rows"]:
+        metrics = {k: v for k, v in row.items() if k not in ("shape", "backend")}
+        rows.append(Row(row["shape"], row["backend"], metrics))
+    job = Job(meta["op"], meta["mode"], tuple(meta.get("tritonbench_args", "").split()))
+    return JobResult(
+        job, document["x_label"], rows, document["error"], precision=meta.get("precision", "fp16")
+    )
 
 
 def add_corrected_tflops(rows: list[Row], mode: str) -> None:

@@ -1,14 +1,20 @@
-"""What to run: one tritonbench command line per (op, mode), with the suite's defaults filled in."""
+"""What to run: a job per (op, mode), a tritonbench call per input, the suite's defaults filled in.
+
+Without --op (the plain ``python run_bench.py``) each op runs a few representative shapes, so
+that the suite finishes in minutes on one GPU; ``--full`` (or any choice of inputs) runs
+tritonbench's own inputs instead. Each input is a call of its own, so that progress can be shown
+per input and the calls can be spread over shards and GPUs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from benchmarks.cli import flag_value, has_flag
-
 if TYPE_CHECKING:
     from benchmarks.cli import Options
+
+Shape = tuple[int, int, int]
 
 SUITE_OPS = ("gemm", "addmm")
 SUITE_MODES = ("fwd", "bwd")
@@ -16,11 +22,23 @@ BWD_MODES = ("bwd", "fwd_bwd")
 GPU_METRICS = "accuracy,latency,tflops,speedup"
 CPU_METRICS = "accuracy,latency"
 CPU_LATENCY_NOTE = "not meaningful (CPU interpreter)"
-# Shapes the Triton interpreter runs in seconds; each operator names its flags its own way.
-CPU_SHAPES = {
-    "gemm": ("--m", "64", "--n", "48", "--k", "32"),
-    "addmm": ("--m", "64", "--k", "32", "--n", "48"),
+
+# (M, N, K) of the standard suite on a GPU: a square the backward's pair kernel takes, a large
+# square, and a tall product (gemm: the 1e6-row shapes of NEW tritonbench's default; addmm:
+# tritonbench's first default input). 3 shapes x 2 modes x 2 ops = 12 calls.
+SUITE_SHAPES: dict[str, tuple[Shape, ...]] = {
+    "gemm": ((1024, 1024, 1024), (4096, 4096, 4096), (1000000, 768, 256)),
+    "addmm": ((1024, 1024, 1024), (8192, 8192, 8192), (20120, 512, 1536)),
 }
+# The Triton interpreter runs these in seconds.
+CPU_SHAPE: Shape = (64, 48, 32)
+
+# Seconds one call (one input, fwd or bwd) costs each backend on the H200, for the estimate
+# --full prints and the remaining time of the progress line (which rescales them by the time
+# measured so far). torch.compile's max-autotune: about 40 s per shape and mode (issue 15,
+# OLD tritonbench's gemm fwd); the others are rough: a compile (helion), an autotune over a few
+# configs (Triton), nothing (aten).
+SECONDS_PER_CALL = {"baseline": 1.0, "helion": 5.0, "triton": 8.0, "compiled": 40.0}
 
 
 # NEW tritonbench checks addmm with torch's default tolerances. Their atol (1e-5) is below the
@@ -31,9 +49,9 @@ CPU_SHAPES = {
 ADDMM_TOLERANCES = {"fp16": ("1e-3", "1e-2"), "bf16": ("1.6e-2", "1e-2")}
 
 
-def tolerance_flags(passthrough: tuple[str, ...]) -> tuple[str, ...]:
+def tolerance_flags(precision: str | None) -> tuple[str, ...]:
     """``--rtol``/``--atol`` for addmm at the run's precision (tritonbench's default fp16)."""
-    tolerances = ADDMM_TOLERANCES.get(flag_value(passthrough, "--precision", "fp16"))
+    tolerances = ADDMM_TOLERANCES.get(precision or "fp16")
     if tolerances is None:
         return ()
     rtol, atol = tolerances
@@ -50,6 +68,13 @@ class OpBackends:
     triton_has_backward: bool
     compiled: str = "pt2_triton_matmul"
 
+    def kind(self, backend: str) -> str:
+        """ "baseline", "helion", "triton" or "compiled": the key of SECONDS_PER_CALL."""
+        for kind in ("baseline", "helion", "triton", "compiled"):
+            if getattr(self, kind) == backend:
+                return kind
+        return "triton"  # another backend: tritonbench's own kernels, autotuned
+
 
 # The helion names are those of helion_ops.tritonbench_plugin's functions; they are spelled out
 # so that planning imports no Helion before main() has set TRITON_INTERPRET.
@@ -60,28 +85,69 @@ BACKENDS = {
 
 
 @dataclass(frozen=True)
+class Call:
+    """One tritonbench call: one input of a job."""
+
+    label: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Job:
-    """One tritonbench call: an op in a mode, and its command line (without --output)."""
+    """An op in a mode: its command line (without input or output flags) and its inputs.
+
+    ``shapes`` are the (M, N, K) to run, one call each; None means tritonbench's own inputs
+    (``input_ids``, counted when the run starts).
+    """
 
     op: str
     mode: str
     argv: tuple[str, ...]
+    shapes: tuple[Shape, ...] | None = None
 
     @property
     def name(self) -> str:
         return f"{self.op}_{self.mode}"
 
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(self.argv[self.argv.index("--only") + 1].split(","))
 
-def default_backends(op: str, mode: str, gpu: bool) -> list[str]:
+    def calls(self, input_ids: range | None = None) -> list[Call]:
+        """The tritonbench calls of this job.
+
+        Args:
+            input_ids: tritonbench's inputs to run, when the job has no shapes of its own.
+
+        Returns:
+            One call per shape or input id.
+        """
+        if self.shapes is not None:
+            return [
+                Call(f"{m}x{n}x{k}", ("--m", str(m), "--n", str(n), "--k", str(k)))
+                for m, n, k in self.shapes
+            ]
+        assert input_ids is not None
+        return [Call(f"input {i}", ("--input-id", str(i), "--num-inputs", "1")) for i in input_ids]
+
+    def seconds_per_call(self) -> float:
+        """The estimated seconds of one call, from its backends (SECONDS_PER_CALL)."""
+        backends = BACKENDS[self.op]
+        return sum(SECONDS_PER_CALL[backends.kind(name)] for name in self.backends)
+
+
+def default_backends(op: str, mode: str, gpu: bool, full: bool = False) -> list[str]:
     """The suite's backends for an op and mode, baseline first.
 
     OLD tritonbench's --only is exact, so the baseline is listed too. A backward mode takes
     only backends with a backward: a backend without one aborts the input for all of them.
+    torch.compile (max-autotune, about 40 s a shape) only with --full.
 
     Args:
         op: "gemm" or "addmm".
         mode: a tritonbench mode.
         gpu: False on the CPU, where only aten and helion run (in the interpreter).
+        full: whether torch.compile is included.
 
     Returns:
         Backend names for tritonbench's --only.
@@ -92,12 +158,33 @@ def default_backends(op: str, mode: str, gpu: bool) -> list[str]:
         return names
     if mode not in BWD_MODES or b.triton_has_backward:
         names.append(b.triton)
-    return [*names, b.compiled]
+    return [*names, b.compiled] if full else names
 
 
 # NEW tritonbench's addmm takes --m/--k/--n only with --bias-1D-y (an [N] bias) and otherwise
 # runs its 42 large default shapes: hours in the CPU interpreter, and not what was asked.
 BIAS_1D_FLAGS = ("--bias-1D-y", "1")
+
+
+def job_shapes(options: Options, op: str, gpu: bool) -> tuple[Shape, ...] | None:
+    """The shapes a job runs itself, or None for tritonbench's own inputs.
+
+    The command line's --m/--n/--k; else, in the interpreter, one tiny shape; else the suite's
+    representative shapes when the command line chose no op and no inputs.
+    """
+    if options.sizes:
+        return (options.sizes,)
+    if options.interpreter(gpu):
+        return (CPU_SHAPE,)
+    chose_inputs = (
+        options.full
+        or options.shape_set
+        or options.input_id is not None
+        or options.num_inputs is not None
+    )
+    if options.ops is None and not chose_inputs:
+        return SUITE_SHAPES[op]
+    return None
 
 
 def plan_jobs(
@@ -121,56 +208,52 @@ def plan_jobs(
     Raises:
         ValueError: the command line gives addmm sizes that tritonbench would ignore.
     """
-    passthrough = options.passthrough
     metrics = options.metrics or (GPU_METRICS if gpu else CPU_METRICS)
     if options.ci and "accuracy" not in metrics.split(","):
         metrics += ",accuracy"
+    common = [*_given_flags(options), "--keep-going", *options.passthrough]
+    if options.interpreter(gpu) and options.device is None:
+        common[:0] = ["--device", "cpu"]
     jobs = []
     for op in options.ops or SUITE_OPS:
+        shapes = job_shapes(options, op, gpu)
         for mode in options.modes or SUITE_MODES:
-            argv = ["--op", op, "--mode", mode, "--metrics", metrics]
-            only = options.only or (
-                ",".join(default_backends(op, mode, gpu)) if op in BACKENDS else None
-            )
-            if only:
-                argv += ["--only", only]
-            if options.input_id is not None:
-                argv += ["--input-id", str(options.input_id)]
-            if options.num_inputs is not None:
-                argv += ["--num-inputs", str(options.num_inputs)]
-            if not gpu and not has_flag(passthrough, "--device", "-d"):
-                argv += ["--device", "cpu"]
-            user_sizes = has_flag(passthrough, "--m", "--n", "--k")
-            if not gpu and op in CPU_SHAPES and not user_sizes:
-                argv += CPU_SHAPES[op]
-            if (
-                op == "addmm"
-                and addmm_sizes_need_bias_1d
-                and not has_flag(passthrough, "--bias-1D-y")
-            ):
-                if user_sizes:
+            only = options.only or ",".join(default_backends(op, mode, gpu, options.full))
+            argv = ["--op", op, "--mode", mode, "--metrics", metrics, "--only", only]
+            if op == "addmm" and addmm_sizes_need_bias_1d and options.bias_1d is None:
+                if options.sizes:
                     raise ValueError(
                         "--m/--k/--n: this tritonbench's addmm ignores them (and runs its 42 "
                         "default shapes) unless --bias-1D-y is also given, which makes the bias "
                         "[N]: add --bias-1D-y 1, or drop the sizes"
                     )
-                if not gpu:
-                    argv += BIAS_1D_FLAGS  # for the CPU sizes above
+                if shapes is not None:
+                    argv += BIAS_1D_FLAGS  # for the sizes chosen here
             # NEW tritonbench's default layout (tn) makes b a non-leaf view, and its backward
             # accuracy check then fails every backend, aten included.
-            if op == "gemm" and mode in BWD_MODES and not has_flag(passthrough, "--layout"):
+            if op == "gemm" and mode in BWD_MODES and options.layout is None:
                 argv += ["--layout", "tt"]
-            if (
-                op == "addmm"
-                and has_tolerance_flags
-                and not has_flag(passthrough, "--rtol", "--atol")
-            ):
-                argv += tolerance_flags(passthrough)
-            # A failing backend then leaves an error cell instead of ending the op.
-            if not has_flag(passthrough, "--keep-going"):
-                argv.append("--keep-going")
-            jobs.append(Job(op, mode, (*argv, *passthrough)))
+            if op == "addmm" and has_tolerance_flags and options.rtol is options.atol is None:
+                argv += tolerance_flags(options.precision)
+            jobs.append(Job(op, mode, (*argv, *common), shapes))
     return jobs
+
+
+def _given_flags(options: Options) -> list[str]:
+    """The tritonbench flags the command line gave and the plan read, passed on as given."""
+    flags = []
+    for flag, value in (
+        ("--precision", options.precision),
+        ("--layout", options.layout),
+        ("--device", options.device),
+        ("--bias-1D-y", options.bias_1d),
+        ("--rtol", options.rtol),
+        ("--atol", options.atol),
+        ("--input", options.input_csv),
+    ):
+        if value is not None:
+            flags += [flag, value]
+    return flags + [flag for flag in options.shape_set if flag != "--input"]
 
 
 def shard_range(num_inputs: int, shard: tuple[int, int]) -> tuple[int, int]:

@@ -42,9 +42,13 @@ def add_backward_support(operator_cls: type) -> bool:
         operator_cls: a tritonbench ``Operator`` class (a BenchmarkOperator subclass).
 
     Returns:
-        True if the support was installed now, False if the class already had a backward.
+        True if the support was installed now, False if the class already had a backward
+        (where ``fix_native_backward`` is applied instead).
     """
+    if operator_cls.get_bwd_fn is get_bwd_fn:  # installed by an earlier call
+        return False
     if operator_cls.has_bwd():
+        fix_native_backward(operator_cls)
         return False
     original_input_iter = operator_cls.get_input_iter
 
@@ -59,6 +63,60 @@ def add_backward_support(operator_cls: type) -> bool:
     operator_cls.get_bwd_fn = get_bwd_fn
     operator_cls.accuracy = accuracy
     return True
+
+
+def fix_native_backward(operator_cls: type) -> None:
+    """Two fixes to NEW tritonbench's own backward, for every backend of the operator.
+
+    Leaf inputs: NEW's gemm default ``--layout tn`` makes ``w = w.T.contiguous().T`` after
+    ``requires_grad_``, a non-leaf whose gradient its accuracy check never compares, so every
+    backend scores 0. Each grad-requiring input becomes a leaf with the same values and strides
+    (logged once). The forward on a side stream under ``--cudagraph``: NEW's ``get_bwd_fn`` runs
+    it on the legacy default stream, and the capture of the timed backward then fails for every
+    backend (cudaErrorStreamCaptureImplicit), as OLD's did before ``forward_stream``.
+    Applied once per class.
+
+    Args:
+        operator_cls: a tritonbench ``Operator`` class with a backward of its own.
+    """
+    if vars(operator_cls).get("_helion_ops_fixed"):
+        return
+    original_input_iter = operator_cls.get_input_iter
+    original_bwd_fn = operator_cls.get_bwd_fn
+
+    def get_input_iter(self: Any) -> Iterator[Any]:
+        for inputs in original_input_iter(self):
+            if not self.requires_grad:
+                yield inputs
+                continue
+            # Only the tensors NEW meant to differentiate: the others keep requires_grad off.
+            leaves = tuple(
+                x.detach().requires_grad_(True) if _is_grad_non_leaf(x) else x for x in inputs
+            )
+            if any(_is_grad_non_leaf(x) for x in inputs):
+                _log_leaves_once(operator_cls.__module__)
+            yield leaves
+
+    def get_bwd_fn(self: Any, fwd_fn: Callable[[], Any]) -> Callable[[], Any]:
+        with _stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False)):
+            return original_bwd_fn(self, fwd_fn)
+
+    operator_cls.get_input_iter = get_input_iter
+    operator_cls.get_bwd_fn = get_bwd_fn
+    operator_cls._helion_ops_fixed = True
+
+
+def _is_grad_non_leaf(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad and not x.is_leaf
+
+
+@functools.cache
+def _log_leaves_once(module: str) -> None:
+    logger.warning(
+        "helion_ops: %s inputs made leaves that keep their strides, so that every backend's "
+        "input gradients are compared (a non-leaf input, as gemm's --layout tn makes, is not)",
+        module,
+    )
 
 
 def grad_leaves(inputs: Sequence[Any]) -> tuple[Any, ...]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
+import re
 import subprocess
 import sys
 import types
@@ -11,21 +14,30 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import gpus
 from benchmarks import main as main_module
-from benchmarks.cli import parse_args, parse_shard
+from benchmarks.cli import UsageError, check_runnable, parse_args, parse_shard
+from benchmarks.compare import REGRESSION_THRESHOLD, comparison, latencies_in, regression
+from benchmarks.gpus import gpu_count, worker_argv
 from benchmarks.plot import write_plot
+from benchmarks.progress import Progress, clock, output_to
 from benchmarks.report import ci_failures, summary_table
 from benchmarks.results import (
     JobResult,
     add_corrected_tflops,
+    merge_csv,
     parse_tritonbench_csv,
+    read_json,
     tritonbench_commit,
     write_csv,
     write_json,
 )
 from benchmarks.suite import (
+    BACKENDS,
     CPU_METRICS,
     GPU_METRICS,
+    SECONDS_PER_CALL,
+    SUITE_SHAPES,
     Job,
     plan_jobs,
     shard_range,
@@ -49,21 +61,33 @@ average;0.015;4.25;;;
 
 
 def test_our_flags_are_split_from_tritonbench_flags():
-    argv = ["--op", "gemm", "--m", "64", "--precision=bf16", "--ci", "--shard", "1/2"]
-    argv += ["--output-dir", "out", "--metrics", "accuracy", "--layout", "tt"]
+    argv = ["--op", "gemm", "--m", "64", "--n", "48", "--k", "32", "--precision=bf16", "--ci"]
+    argv += ["--shard", "1/2", "--output-dir", "out", "--metrics", "accuracy", "--layout", "tt"]
+    argv += ["--cudagraph", "--rep", "100"]
     options = parse_args(argv)
     assert options.ops == ("gemm",)
     assert options.modes is None
     assert options.metrics == "accuracy"
     assert (options.ci, options.shard, options.output_dir) == (True, (1, 2), Path("out"))
-    assert options.passthrough == ("--m", "64", "--precision=bf16", "--layout", "tt")
+    assert (options.sizes, options.precision, options.layout) == ((64, 48, 32), "bf16", "tt")
+    assert options.passthrough == ("--cudagraph", "--rep", "100")
 
 
 def test_defaults_are_the_suite_and_a_timestamped_folder():
     options = parse_args([])
     assert (options.ops, options.modes, options.ci, options.shard) == (None, None, False, None)
+    assert (options.full, options.compare, options.gpus, options.output) == (
+        False,
+        None,
+        None,
+        None,
+    )
     assert options.output_dir.parent == Path("bench_results")
     assert options.output_dir.name.endswith("Z")
+
+
+def test_tritonbench_output_flag_is_accepted():
+    assert parse_args(["--output", "x/y.csv"]).output == Path("x/y.csv")
 
 
 def test_modes_from_lists_and_flags():
@@ -75,6 +99,9 @@ def test_modes_from_lists_and_flags():
 @pytest.mark.parametrize(("text", "shard"), [("0/2", (0, 2)), ("1/2", (1, 2)), ("0/1", (0, 1))])
 def test_parse_shard(text, shard):
     assert parse_shard(text) == shard
+
+
+SIZES = ["--n", "48", "--k", "32"]
 
 
 @pytest.mark.parametrize(
@@ -89,7 +116,21 @@ def test_parse_shard(text, shard):
         (["--suite", "--op", "gemm"], "drop --op or --suite"),
         (["--mode", "backward"], "unknown ['backward']"),
         (["--isolate"], "lose the helion registration"),
-        (["--output=x.csv"], "--output is not supported"),
+        (["--output-json=x.json"], "--output-json is not supported"),
+        (["--op", "foo"], "--op: unknown foo; choose from gemm, addmm"),
+        (["--op", "gemm,softmax"], "--op: unknown softmax"),
+        (["--m", "-5", *SIZES], "--m must be a positive size, got -5"),
+        (["--m", "64", "--n", "0", "--k", "32"], "--n must be a positive size, got 0"),
+        (["--m", "64"], "--m without --n and --k"),
+        (["--m", "64", "--k", "32"], "--m --k without --n"),
+        (["--num-inputs", "0"], "--num-inputs must be positive"),
+        (["--input-id", "-1"], "--input-id must be 0 or more"),
+        (["--gpus", "0"], "positive number or 'all'"),
+        (["--gpus", "two"], "positive number or 'all'"),
+        (["--gpus", "2", "--shard", "0/2"], "--gpus gives each GPU a --shard"),
+        (["--gpus", "2", "--output", "x.csv"], "--output with --gpus"),
+        (["--full", "--m", "64", *SIZES], "--full runs tritonbench's default shapes"),
+        (["--output", "x.json"], "--output must name a .csv file"),
     ],
 )
 def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
@@ -99,6 +140,62 @@ def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "gpu", "message"),
+    [
+        (["--m", "4096", *SIZES], False, "--m 4096: without a GPU"),
+        (["--m", "64", "--n", "48", "--k", "513"], False, "--k 513"),
+        (["--op", "gemm", "--m", "4096", *SIZES, "--device", "cpu"], True, "with --device cpu"),
+        (["--op", "gemm", "--input", "shapes.csv"], False, "--input: a set of full-size"),
+        (["--op", "gemm", "--llama"], False, "--llama"),
+        (["--op", "addmm", "--large-k-shapes"], False, "--large-k-shapes"),
+        (["--full"], False, "--full: tritonbench's default shapes take hours"),
+    ],
+)
+def test_full_size_shapes_in_the_interpreter_are_refused(argv, gpu, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_runnable(parse_args(argv), gpu)
+
+
+@pytest.mark.parametrize(
+    ("argv", "gpu"),
+    [
+        (["--m", "512", "--n", "512", "--k", "512"], False),
+        (["--op", "gemm"], False),  # the plan gives it the tiny CPU shape
+        (["--m", "4096", *SIZES], True),
+        (["--full"], True),
+        (["--op", "gemm", "--llama"], True),
+    ],
+)
+def test_what_the_interpreter_can_run_is_accepted(argv, gpu):
+    check_runnable(parse_args(argv), gpu)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--op", "gemm", "--mode", "bwd", "--m", "-5", "--device", "cpu"], "--m"),
+        (["--op", "foo"], "--op"),
+        (["--m", "4096", "--n", "4096", "--k", "4096"], "--m 4096"),
+    ],
+    ids=["negative", "unknown-op", "full-size-in-interpreter"],
+)
+def test_bad_flags_fail_before_tritonbench_is_imported(monkeypatch, capsys, argv, flag):
+    """The issue's cases: each ran minutes (or started tritonbench) before failing."""
+    monkeypatch.setattr(main_module.torch.cuda, "is_available", lambda: False)
+
+    def imported(*args):
+        raise AssertionError("tritonbench was imported")
+
+    monkeypatch.setattr(main_module, "tritonbench_import_error", imported)
+    try:
+        status = main_module.main(argv)
+    except SystemExit as exit_info:
+        status = exit_info.code
+    assert status == 2
+    assert flag in capsys.readouterr().err
+
+
 # --- the plan ------------------------------------------------------------------------------------
 
 
@@ -106,7 +203,7 @@ def only_of(job: Job) -> list[str]:
     return job.argv[job.argv.index("--only") + 1].split(",")
 
 
-def test_gpu_suite():
+def test_gpu_suite_runs_representative_shapes_without_torch_compile():
     jobs = plan_jobs(parse_args([]), gpu=True)
     assert [job.name for job in jobs] == ["gemm_fwd", "gemm_bwd", "addmm_fwd", "addmm_bwd"]
     gemm_fwd, gemm_bwd, addmm_fwd, addmm_bwd = jobs
@@ -114,25 +211,45 @@ def test_gpu_suite():
         "aten_matmul",
         "helion_matmul_tritonbench",
         "triton_tutorial_matmul",
-        "pt2_triton_matmul",
     ]
     # The tutorial kernel has no backward; triton_addmm has one.
-    assert only_of(gemm_bwd) == ["aten_matmul", "helion_matmul_tritonbench", "pt2_triton_matmul"]
+    assert only_of(gemm_bwd) == ["aten_matmul", "helion_matmul_tritonbench"]
     assert (
         only_of(addmm_fwd)
         == only_of(addmm_bwd)
-        == [
-            "aten_addmm",
-            "helion_addmm_tritonbench",
-            "triton_addmm",
-            "pt2_triton_matmul",
-        ]
+        == ["aten_addmm", "helion_addmm_tritonbench", "triton_addmm"]
     )
     for job in jobs:
+        assert job.shapes == SUITE_SHAPES[job.op]
         assert job.argv[job.argv.index("--metrics") + 1] == GPU_METRICS
         assert "--keep-going" in job.argv
         assert "--device" not in job.argv
         assert ("--layout" in job.argv) == (job.name == "gemm_bwd")
+    assert [call.label for call in gemm_fwd.calls()] == [
+        "1024x1024x1024",
+        "4096x4096x4096",
+        "1000000x768x256",
+    ]
+
+
+def test_the_default_suite_is_estimated_under_five_minutes():
+    """The issue's budget on one H200, by the per-backend estimates (torch.compile left out)."""
+    jobs = plan_jobs(parse_args([]), gpu=True)
+    seconds = sum(job.seconds_per_call() * len(job.calls()) for job in jobs)
+    assert seconds < 300
+    full = plan_jobs(parse_args(["--full"]), gpu=True)
+    assert all(job.shapes is None and "pt2_triton_matmul" in only_of(job) for job in full)
+    assert full[0].seconds_per_call() - jobs[0].seconds_per_call() == SECONDS_PER_CALL["compiled"]
+
+
+def test_chosen_inputs_are_tritonbench_s_own():
+    for argv in (["--op", "gemm"], ["--num-inputs", "2"], ["--input-id", "3"]):
+        assert {job.shapes for job in plan_jobs(parse_args(argv), gpu=True)} == {None}
+    (job,) = plan_jobs(parse_args(["--op", "gemm", "--mode", "fwd"]), gpu=True)
+    assert [call.argv for call in job.calls(range(2, 4))] == [
+        ("--input-id", "2", "--num-inputs", "1"),
+        ("--input-id", "3", "--num-inputs", "1"),
+    ]
 
 
 def test_cpu_suite_runs_aten_and_helion_on_tiny_shapes():
@@ -143,16 +260,17 @@ def test_cpu_suite_runs_aten_and_helion_on_tiny_shapes():
         argv = " ".join(job.argv)
         assert f"--metrics {CPU_METRICS}" in argv
         assert "--device cpu" in argv
-    assert "--m 64 --n 48 --k 32" in " ".join(gemm_fwd.argv)
-    assert "--m 64 --k 32 --n 48" in " ".join(addmm_fwd.argv)
+        assert [call.argv for call in job.calls()] == [("--m", "64", "--n", "48", "--k", "32")]
 
 
 def test_the_command_line_overrides_the_suite():
     argv = ["--op", "gemm", "--mode", "fwd_bwd", "--only", "aten_matmul", "--m", "128"]
-    argv += ["--layout", "nt", "--device", "cpu", "--metrics", "latency", "--ci"]
+    argv += ["--n", "64", "--k", "32", "--layout", "nt", "--device", "cpu", "--metrics", "latency"]
+    argv += ["--ci", "--keep-going"]
     (job,) = plan_jobs(parse_args(argv), gpu=False)
     assert job.argv.count("--layout") == job.argv.count("--device") == 1
-    assert job.argv.count("--m") == 1
+    assert job.argv.count("--keep-going") == 1
+    assert job.shapes == ((128, 64, 32),)
     assert only_of(job) == ["aten_matmul"]
     # --ci always measures accuracy.
     assert job.argv[job.argv.index("--metrics") + 1] == "latency,accuracy"
@@ -201,7 +319,7 @@ def test_tolerance_flags_are_detected_in_tritonbench_parser(monkeypatch, new):
 def test_new_addmm_gets_bias_1d_with_the_cpu_sizes_and_refuses_ignored_sizes():
     """NEW tritonbench's addmm ignores --m/--k/--n without --bias-1D-y."""
     gemm, _, addmm, _ = plan_jobs(parse_args([]), gpu=False, addmm_sizes_need_bias_1d=True)
-    assert "--m 64 --k 32 --n 48 --bias-1D-y 1" in " ".join(addmm.argv)
+    assert "--bias-1D-y 1" in " ".join(addmm.argv)
     assert "--bias-1D-y" not in gemm.argv
     (on_gpu,) = plan_jobs(
         parse_args(["--op", "addmm", "--mode", "fwd"]), gpu=True, addmm_sizes_need_bias_1d=True
@@ -251,15 +369,10 @@ def test_main_refuses_addmm_sizes_tritonbench_would_ignore(monkeypatch, capsys, 
     plugin = types.ModuleType("helion_ops.tritonbench_plugin")
     plugin.register = lambda: ["gemm", "addmm"]
     monkeypatch.setitem(sys.modules, "helion_ops.tritonbench_plugin", plugin)
-    argv = ["--op", "addmm", "--m", "1024", "--k", "1024", "--n", "1024"]
+    argv = ["--op", "addmm", "--m", "256", "--k", "256", "--n", "256"]
     assert main_module.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
     assert "--bias-1D-y" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-
-
-def test_unknown_ops_pass_through_without_suite_defaults():
-    (job,) = plan_jobs(parse_args(["--op", "softmax", "--mode", "fwd"]), gpu=True)
-    assert "--only" not in job.argv
 
 
 @pytest.mark.parametrize("num_inputs", [0, 1, 2, 5, 31, 42])
@@ -434,3 +547,249 @@ def test_run_bench_py_works_from_any_folder(tmp_path):
         check=True,
     )
     assert "--shard" in out.stdout
+
+
+# --- progress and logs ---------------------------------------------------------------------------
+
+
+def test_progress_rescales_the_estimate_by_the_time_measured():
+    progress = Progress([1.0, 1.0, 2.0], now=0.0)
+    assert progress.line("gemm fwd 1024x1024x1024", now=0.0) == (
+        "[1/3] gemm fwd 1024x1024x1024 | 0:00 elapsed, ~0:04 left"
+    )
+    progress.advance()
+    # The first call took 10 s against an estimate of 1: the 3 s left become 30 s.
+    assert progress.line("gemm bwd", now=10.0).endswith(
+        "[2/3] gemm bwd | 0:10 elapsed, ~0:30 left"[6:]
+    )
+    assert clock(3725) == "1:02:05"
+
+
+def test_third_party_output_goes_to_the_log(tmp_path, capfd):
+    log = tmp_path / "run.log"
+    with output_to(log):
+        print("python print")
+        print("python warning", file=sys.stderr)
+        os.write(2, b"C-level write\n")
+        subprocess.run([sys.executable, "-c", "print('autotune worker')"], check=True)
+    print("after")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("after\n", "")
+    text = log.read_text()
+    for line in ("python print", "python warning", "C-level write", "autotune worker"):
+        assert line in text
+
+
+# --- a whole run, tritonbench faked --------------------------------------------------------------
+
+
+def fake_csv(argv: list[str]) -> str:
+    """What tritonbench's --output holds for one call: aten and helion on the call's shape."""
+    m, n, k = (argv[argv.index(flag) + 1] for flag in ("--m", "--n", "--k"))
+    op = argv[argv.index("--op") + 1]
+    backends = BACKENDS[op]
+    helion_latency = 0.02 if FAKE_SLOWDOWN.get(op) is None else 0.02 * FAKE_SLOWDOWN[op]
+    return (
+        f"(M, N, K);{backends.baseline}-latency;{backends.helion}-latency;"
+        f"{backends.helion}-accuracy\n({m}, {n}, {k});0.01;{helion_latency};1.0\naverage;;;\n"
+    )
+
+
+FAKE_SLOWDOWN: dict[str, float] = {}
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """main() with tritonbench replaced by fake_csv; the command lines it got are recorded."""
+    calls = []
+
+    def run_tritonbench(argv):
+        calls.append(argv)
+        if "--m" in argv and argv[argv.index("--m") + 1] == "13":
+            raise RuntimeError("boom")
+        print("inductor autotune table")  # third-party noise, for the log
+        output = Path(argv[argv.index("--output") + 1])
+        output.write_text(fake_csv(argv))
+
+    monkeypatch.setattr(main_module, "run_tritonbench", run_tritonbench)
+    monkeypatch.setattr(main_module, "tritonbench_import_error", lambda: None)
+    monkeypatch.setattr(main_module, "has_tolerance_flags", lambda: False)
+    monkeypatch.setattr(main_module, "addmm_sizes_need_bias_1d", lambda: False)
+    monkeypatch.setattr(main_module.torch.cuda, "is_available", lambda: False)
+    plugin = types.ModuleType("helion_ops.tritonbench_plugin")
+    plugin.register = lambda: ["gemm", "addmm"]
+    monkeypatch.setitem(sys.modules, "helion_ops.tritonbench_plugin", plugin)
+    FAKE_SLOWDOWN.clear()
+    yield calls
+    FAKE_SLOWDOWN.clear()
+
+
+def test_a_run_shows_progress_keeps_logs_out_and_lists_its_files(fake_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main_module.main(["--output-dir", str(out), "--output", str(tmp_path / "x.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert len(fake_run) == 4
+    assert "[1/4] gemm fwd 64x48x32: aten_matmul, helion_matmul_tritonbench |" in printed
+    assert "[4/4] addmm bwd" in printed and "left" in printed
+    assert "inductor autotune table" not in printed
+    assert (out / "run.log").read_text().count("inductor autotune table") == 4
+    for name in ("gemm_fwd.csv", "gemm_fwd.json", "addmm_bwd.csv", "run.log"):
+        assert f"  {out / name}\n" in printed
+    # --output: tritonbench's CSV, one per op and mode beside the path given.
+    assert (tmp_path / "x_gemm_bwd.csv").read_text() == fake_csv(list(fake_run[1]))
+    assert f"{tmp_path / 'x_addmm_fwd.csv'} (tritonbench's CSV)" in printed
+
+
+def test_output_of_one_op_and_mode_is_the_path_itself(fake_run, tmp_path):
+    argv = ["--op", "gemm", "--mode", "fwd", "--output-dir", str(tmp_path / "out")]
+    assert main_module.main([*argv, "--output", str(tmp_path / "x.csv")]) == 0
+    assert (tmp_path / "x.csv").read_text() == fake_csv(list(fake_run[0]))
+
+
+def test_a_failing_call_is_recorded_and_the_run_goes_on(fake_run, tmp_path, capsys):
+    argv = ["--op", "gemm", "--m", "13", "--n", "8", "--k", "8", "--output-dir", str(tmp_path)]
+    assert main_module.main([*argv, "--mode", "fwd,bwd"]) == 1
+    assert len(fake_run) == 2
+    assert "RuntimeError: boom" in capsys.readouterr().out
+    document = json.loads((tmp_path / "gemm_bwd.json").read_text())
+    assert "RuntimeError: boom" in document["error"]
+
+
+# --- --compare -----------------------------------------------------------------------------------
+
+
+def run_into(directory: Path, slowdown: float | None = None) -> int:
+    FAKE_SLOWDOWN.clear()
+    if slowdown is not None:
+        FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = slowdown
+    return main_module.main(["--output-dir", str(directory), "--ci"])
+
+
+def test_compare_prints_ratios_and_passes_on_the_same_numbers(fake_run, tmp_path, capsys):
+    assert run_into(tmp_path / "then") == 0
+    capsys.readouterr()
+    argv = ["--output-dir", str(tmp_path / "now"), "--ci", "--compare", str(tmp_path / "then")]
+    assert main_module.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "helion's speedup over aten, now / then, geomean: 1.000" in printed
+    table = printed.split("Against ")[1]
+    row = next(line for line in table.splitlines() if "(64, 48, 32)" in line and "helion_" in line)
+    assert row.split()[-2:] == ["1", "1"]  # latency now / then, helion's speedup now / then
+
+
+def test_compare_with_ci_fails_on_a_regression_beyond_the_threshold(fake_run, tmp_path, capsys):
+    assert run_into(tmp_path / "then") == 0
+    FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = 1 / (1 - REGRESSION_THRESHOLD) + 0.01
+    argv = ["--output-dir", str(tmp_path / "now"), "--compare", str(tmp_path / "then")]
+    assert main_module.main(argv) == 0  # without --ci it only reports
+    assert main_module.main([*argv, "--ci"]) == 1
+    assert (
+        "CI failure: --compare: helion's speedup over aten fell to 0.89" in capsys.readouterr().err
+    )
+
+
+def test_compare_within_the_threshold_passes(fake_run, tmp_path):
+    assert run_into(tmp_path / "then") == 0
+    FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = 1.05
+    argv = ["--output-dir", str(tmp_path / "now"), "--ci", "--compare", str(tmp_path / "then")]
+    assert main_module.main(argv) == 0
+
+
+def test_compare_reads_artifacts_in_subfolders_and_fails_ci_when_nothing_matches(tmp_path):
+    then = tmp_path / "then" / "gpu-benchmark-shard-0"
+    then.mkdir(parents=True)
+    result = result_of(
+        "(M, N, K);aten_matmul-latency;helion_matmul_tritonbench-latency\n(1, 2, 3);0.5;1.0\n"
+    )
+    write_json(then / "gemm_bwd.json", {"op": "gemm", "mode": "bwd"}, result)
+    (then / "other.json").write_text("[1, 2]")
+    then_latencies = latencies_in(tmp_path / "then")
+    assert then_latencies[("gemm", "bwd", "fp16", "(1, 2, 3)", "helion_matmul_tritonbench")] == 1.0
+    now = {key: value / 2 for key, value in then_latencies.items()}
+    _, geomean = comparison(now, then_latencies)
+    assert geomean == 1.0  # both twice as fast: no change relative to aten
+    assert regression(comparison(now, {})[1]).startswith("--compare: no helion row")
+
+
+# --- --gpus --------------------------------------------------------------------------------------
+
+
+def test_worker_argv_takes_the_shard_and_leaves_the_parent_flags():
+    argv = ["--gpus", "2", "--ci", "--compare=old", "--output-dir", "o", "--precision", "bf16"]
+    assert worker_argv(argv, 1, 2, Path("res")) == [
+        "--ci",
+        "--precision",
+        "bf16",
+        "--shard",
+        "1/2",
+        "--output-dir",
+        "res",
+    ]
+
+
+@pytest.mark.parametrize(("text", "available", "count"), [("all", 4, 4), ("2", 2, 2), ("1", 8, 1)])
+def test_gpu_count(text, available, count):
+    assert gpu_count(text, available) == count
+
+
+@pytest.mark.parametrize(("text", "available"), [("3", 2), ("all", 0)])
+def test_gpu_count_refuses_gpus_that_are_not_there(text, available):
+    with pytest.raises(ValueError, match=f"--gpus {text}: this machine has {available}"):
+        gpu_count(text, available)
+
+
+def test_gpus_runs_one_worker_per_gpu_into_one_summary(monkeypatch, tmp_path, capsys):
+    """Each fake worker writes what its shard would; the parent merges them into one table."""
+    started = []
+
+    class Worker:
+        def __init__(self, command, env):
+            started.append((command, env["CUDA_VISIBLE_DEVICES"]))
+            shard = command[command.index("--shard") + 1].replace("/", "of")
+            shape = "(1024, 1024, 1024)" if shard == "0of2" else "(4096, 4096, 4096)"
+            result = result_of(f"(M, N, K);helion_matmul_tritonbench-accuracy\n{shape};1.0\n")
+            write_json(
+                tmp_path / f"gemm_bwd_shard{shard}.json", {"op": "gemm", "mode": "bwd"}, result
+            )
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(main_module.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(gpus, "run_workers", functools.partial(gpus.run_workers, spawn=Worker))
+    monkeypatch.setattr(main_module, "run_workers", gpus.run_workers)
+    assert main_module.main(["--gpus", "all", "--ci", "--output-dir", str(tmp_path)]) == 0
+    assert [(command[1:3], device) for command, device in started] == [
+        (["-m", "benchmarks.main"], "0"),
+        (["-m", "benchmarks.main"], "1"),
+    ]
+    helion = [line for line in capsys.readouterr().out.splitlines() if "helion_matmul" in line]
+    assert len(helion) == 1 and "2/2" in helion[0]
+
+
+def test_gpus_beyond_the_machine_fail_fast(monkeypatch, capsys):
+    monkeypatch.setattr(main_module.torch.cuda, "device_count", lambda: 1)
+    assert main_module.main(["--gpus", "2"]) == 2
+    assert "--gpus 2: this machine has 1 CUDA GPU(s)" in capsys.readouterr().err
+
+
+# --- merging calls and shards --------------------------------------------------------------------
+
+
+def test_merge_csv_keeps_one_header_and_no_averages():
+    one = "(M, N, K);a-latency\n(1, 1, 1);0.5\naverage;0.5\n"
+    two = "(M, N, K);a-latency\n(2, 2, 2);0.7\naverage;0.7\n"
+    assert merge_csv([one]) == one
+    assert merge_csv([one, "", two]) == "(M, N, K);a-latency\n(1, 1, 1);0.5\n(2, 2, 2);0.7\n"
+
+
+def test_json_reads_back_and_shards_merge(tmp_path):
+    write_json(
+        tmp_path / "a.json",
+        {"op": "gemm", "mode": "bwd", "precision": "bf16"},
+        result_of(TRITONBENCH_CSV),
+    )
+    back = read_json(tmp_path / "a.json")
+    assert (back.job.name, back.precision, len(back.rows)) == ("gemm_bwd", "bf16", 4)
+    (merged,) = main_module.merge_shards([back, back])
+    assert len(merged.rows) == 8

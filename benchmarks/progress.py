@@ -1,0 +1,79 @@
+"""What the terminal shows while the suite runs: one line per call, elapsed and remaining time;
+everything the third-party code prints goes to a log file instead.
+
+tritonbench, inductor's max-autotune and Triton print hundreds of lines per input (autotune
+tables, progress bars, warnings): they would bury the progress and the summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+def clock(seconds: float) -> str:
+    """Seconds as m:ss (or h:mm:ss)."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Progress:
+    """Elapsed and remaining time over calls whose relative costs are estimated up front.
+
+    The remaining time is the estimate of the calls left, scaled by how the calls done so far
+    compared with their estimate.
+    """
+
+    def __init__(self, estimates: list[float], now: float | None = None) -> None:
+        self.estimates = estimates
+        self.done = 0
+        self.start = time.monotonic() if now is None else now
+
+    def line(self, what: str, now: float | None = None) -> str:
+        """The line announcing the next call; call ``advance()`` when it is done."""
+        elapsed = (time.monotonic() if now is None else now) - self.start
+        spent = sum(self.estimates[: self.done])
+        scale = elapsed / spent if spent and elapsed else 1.0
+        left = scale * sum(self.estimates[self.done :])
+        width = len(str(len(self.estimates)))
+        return (
+            f"[{self.done + 1:{width}d}/{len(self.estimates)}] {what} | "
+            f"{clock(elapsed)} elapsed, ~{clock(left)} left"
+        )
+
+    def advance(self) -> None:
+        self.done += 1
+
+
+@contextlib.contextmanager
+def output_to(log: Path) -> Iterator[None]:
+    """Send stdout and stderr, of this process and of any it starts, to the end of ``log``.
+
+    At the file-descriptor level, so that C code, subprocesses (inductor's autotune workers)
+    and logging handlers that hold the old ``sys.stderr`` are caught too.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    with open(log, "a") as file:
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(file.fileno(), 1)
+        os.dup2(file.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(file), contextlib.redirect_stderr(file):
+                yield
+        finally:
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                if stream is not None:
+                    stream.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
