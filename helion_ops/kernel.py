@@ -15,11 +15,14 @@ of a new (shape, strides, dtype) compiles one config and never searches unless a
 
 Host time: Helion's own fast dispatch does not cover callable arguments, so every call with an
 epilogue would re-derive its specialization key (``bind``, about 100 microseconds). The
-launchers keep the compiled function of each specialization instead, keyed by what Helion and
-Triton specialize on: the kernel, the epilogue, and each tensor's dtype, device, sizes, strides
-and 16-byte alignment. Each such function launches through a ``DirectLauncher``, which keeps
-the Triton kernel compiled on the first call and launches it directly afterwards, skipping
-Triton's per-call argument binding.
+launchers key each specialization by what Helion and Triton specialize on (the kernel, the
+epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte alignment) and
+keep a ``LaunchPlan`` for it: built from one dry run of Helion's generated host function, it
+then allocates the outputs and calls the compiled Triton kernel's launcher with the
+arguments laid out in advance, skipping the host function, its grid arithmetic and SM-count
+query, and Triton's per-call binding. The first launch goes through a ``DirectLauncher``
+(Triton's JIT entry point, which compiles); a host function a plan cannot describe keeps
+running with that launcher on every call.
 """
 
 from __future__ import annotations
