@@ -51,11 +51,26 @@ class AddMMFunction(torch.autograd.Function):
         return ops.addmm_backward(ctx, grad_out, mm=ops.mm, mm_pair=ops.mm_pair)
 
 
+# torch.autograd.Function.apply less its Python layer (1-2 microseconds a call): that layer
+# binds default arguments only for Functions with a separate setup_context (these have none)
+# and unwraps functorch's wrappers only where a functorch transform is active, where
+# ``_apply`` below still goes through it.
+_function_apply = torch._C._FunctionBase.__dict__["apply"]
+
+
+def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tensor:
+    if torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    return _function_apply.__get__(None, function)(*args)
+
+
 def _records_a_graph(*args: object) -> bool:
     """Whether autograd would record this call; where not, the Function is skipped."""
-    return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in args
-    )
+    if torch.is_grad_enabled():
+        for t in args:  # a loop, not any() over a generator: this runs on every call
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return True
+    return False
 
 
 def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
@@ -73,7 +88,7 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
         # bare launcher in eager calls that autograd does not record.
         check_matmul_args(mat1, mat2)
         return ops.mm(mat1, mat2)
-    return MatMulFunction.apply(mat1, mat2)
+    return _apply(MatMulFunction, mat1, mat2)
 
 
 def addmm(
@@ -100,7 +115,7 @@ def addmm(
         # As in matmul: the custom op while compiling, the launcher otherwise.
         check_addmm_args(bias, mat1, mat2, alpha, beta)
         return ops.addmm(bias, mat1, mat2, float(alpha), float(beta))
-    return AddMMFunction.apply(bias, mat1, mat2, alpha, beta)
+    return _apply(AddMMFunction, bias, mat1, mat2, alpha, beta)
 
 
 def matmul_autograd(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:

@@ -15,17 +15,22 @@ of a new (shape, strides, dtype) compiles one config and never searches unless a
 
 Host time: Helion's own fast dispatch does not cover callable arguments, so every call with an
 epilogue would re-derive its specialization key (``bind``, about 100 microseconds). The
-launchers keep the compiled function of each specialization instead, keyed by what Helion and
-Triton specialize on: the kernel, the epilogue, and each tensor's dtype, device, sizes, strides
-and 16-byte alignment. Each such function launches through a ``DirectLauncher``, which keeps
-the Triton kernel compiled on the first call and launches it directly afterwards, skipping
-Triton's per-call argument binding.
+launchers key each specialization by what Helion and Triton specialize on (the kernel, the
+epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte alignment) and
+keep a ``LaunchPlan`` for it: built from one dry run of Helion's generated host function, it
+then allocates the outputs and calls the compiled Triton kernel's launcher with the
+arguments laid out in advance, skipping the host function, its grid arithmetic and SM-count
+query, and Triton's per-call binding. The first launch goes through a ``DirectLauncher``
+(Triton's JIT entry point, which compiles); a host function a plan cannot describe keeps
+running with that launcher on every call.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import operator
+import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +40,10 @@ import torch
 from helion.autotuner import PowerOfTwoFragment
 from helion.runtime import default_launcher, set_triton_allocator
 from helion.runtime.settings import RefMode
+from triton import knobs
 from triton.compiler import CompiledKernel
+from triton.knobs import HookChain
+from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
 from helion_ops.configs import product_mnk, select_config, tuned_pair
@@ -136,6 +144,9 @@ KERNELS = (
     pair_kernel,
     pair_kernel_tf32,
 )
+# Kernels whose host function zeroes its output (the split-K kernel adds into it): a launch
+# plan allocates theirs with torch.zeros.
+ZEROED_OUTPUTS = frozenset({split_k_kernel, split_k_kernel_tf32})
 
 
 class DirectLauncher:
@@ -163,7 +174,162 @@ class DirectLauncher:
         return result
 
 
-_compiled: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
+class LaunchPlan:
+    """One specialization's launch with its arguments laid out in advance.
+
+    Built on the first call of a specialization from one dry run of Helion's host function
+    (``plan_for``); afterwards a call allocates the outputs and launches the compiled Triton
+    kernel directly: no host function, no grid arithmetic, no SM-count query, no binding in
+    Triton. Each launch argument comes from a fixed place: an operand, a value an epilogue
+    captures (alpha, beta, the bias: read from this call's epilogue, never the first call's),
+    an output, or a constant of the specialization (an SM count, a block size).
+    """
+
+    def __init__(
+        self,
+        launcher: DirectLauncher,
+        triton_kernel: Any,
+        grid: tuple[int, ...],
+        options: dict[str, Any],
+        epilogues: tuple[int, ...],
+        outputs: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...],
+        zeroed: bool,
+        constants: tuple[Any, ...],
+        sources: tuple[int, ...],
+        returns_tuple: bool,
+    ) -> None:
+        self.launcher, self.triton_kernel = launcher, triton_kernel
+        self.grid, self.options = grid, options
+        self.epilogues, self.outputs, self.constants = epilogues, outputs, constants
+        self.allocate = torch.zeros if zeroed else torch.empty
+        self.pick = operator.itemgetter(*sources)
+        self.returns_tuple = returns_tuple
+        self.compiled: CompiledKernel | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        allocate = self.allocate
+        outs = [
+            allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
+        ]
+        captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
+        launch_args = self.pick((*args, *captured, *outs, *self.constants))
+        compiled = self.compiled or self._find_compiled()
+        if compiled is not None and _no_launch_hooks():
+            # What Triton's runner (CompiledKernel.__getitem__) calls, the same in Triton 3.6
+            # and 3.9, less its launch metadata, which only launch hooks read.
+            grid = self.grid
+            stream = self.current_stream(self.current_device())
+            compiled.run(
+                grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                None, None, None, *launch_args,
+            )  # fmt: skip
+        else:
+            # Triton's own runner (launch hooks set, e.g. a profiler) or its JIT entry point
+            # (the CPU interpreter, which compiles nothing).
+            self.launcher(self.triton_kernel, self.grid, *launch_args, **self.options)
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+    def _find_compiled(self) -> CompiledKernel | None:
+        """The kernel Triton compiled on the first launch; None in the interpreter."""
+        compiled = self.launcher.compiled.get(self.triton_kernel)
+        if compiled is not None:
+            active = driver.active
+            self.current_device = active.get_current_device
+            self.current_stream = active.get_current_stream
+            self.compiled = compiled
+        return compiled
+
+
+class _Slot:
+    """Stands in for a value an epilogue captures during a plan's dry run."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _Recorder:
+    """A launcher that records the launches of Helion's host function and runs none."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, triton_kernel: Any, grid: tuple[int, ...], *args: Any, **options: Any):
+        self.launches.append((triton_kernel, tuple(grid), args, options))
+
+
+def plan_for(
+    kernel: helion.Kernel,
+    host_function: Callable[..., Any],
+    launcher: DirectLauncher,
+    args: tuple[Any, ...],
+) -> LaunchPlan | None:
+    """The launch plan of ``host_function`` on ``args``, or None where it does more than one
+    launch into outputs it returns (then every call runs the host function)."""
+    epilogues = tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
+    slots, dry_args = [], list(args)
+    for i in epilogues:
+        cells = args[i].__closure__ or ()
+        stand_ins = [_Slot(len(args) + len(slots) + j) for j in range(len(cells))]
+        slots += stand_ins
+        dry_args[i] = types.FunctionType(
+            args[i].__code__,
+            args[i].__globals__,
+            closure=tuple(types.CellType(s) for s in stand_ins),
+        )
+    recorder = _Recorder()
+    try:
+        result = host_function(*dry_args, _launcher=recorder)
+    except Exception:  # a host function that reads a captured value itself
+        return None
+    outs = list(result) if isinstance(result, tuple) else [result]
+    if len(recorder.launches) != 1 or not all(
+        isinstance(o, torch.Tensor) and o.is_contiguous() for o in outs
+    ):
+        return None
+    triton_kernel, grid, launch_args, options = recorder.launches[0]
+    if len(grid) > 3:
+        return None
+    places = {id(t): i for i, t in enumerate(args)}
+    places.update({id(o): len(args) + len(slots) + i for i, o in enumerate(outs)})
+    constants: list[Any] = []
+    sources = []
+    for arg in launch_args:
+        if isinstance(arg, _Slot):
+            sources.append(arg.index)
+        elif id(arg) in places:
+            sources.append(places[id(arg)])
+        elif isinstance(arg, torch.Tensor):
+            return None  # a tensor the host function made besides its outputs
+        else:
+            sources.append(len(args) + len(slots) + len(outs) + len(constants))
+            constants.append(arg)
+    if len(sources) < 2:  # itemgetter of one index returns the item, not a tuple
+        return None
+    return LaunchPlan(
+        launcher,
+        triton_kernel,
+        (*grid, 1, 1)[:3],
+        options,
+        epilogues,
+        tuple((tuple(o.shape), o.dtype, o.device) for o in outs),
+        kernel in ZEROED_OUTPUTS,
+        tuple(constants),
+        tuple(sources),
+        isinstance(result, tuple),
+    )
+
+
+def _no_launch_hooks() -> bool:
+    """Whether Triton has no launch hook to call (a profiler such as proton adds some)."""
+    runtime = knobs.runtime
+    return not _hooks(runtime.launch_enter_hook) and not _hooks(runtime.launch_exit_hook)
+
+
+def _hooks(hook: Any) -> bool:
+    return hook is not None and (not isinstance(hook, HookChain) or bool(hook.calls))
+
+
+_compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
 # Whether this context has had Triton's scratch allocator set (see ``_run``). The allocator is
 # a ContextVar, so a flag of the same kind follows it exactly; Helion's setter re-imports
@@ -178,21 +344,32 @@ def reset() -> None:
         kernel.reset()
 
 
+def specialization_key(
+    kernel: helion.Kernel, args: tuple[Any, ...], captured: tuple[torch.Tensor, ...] = ()
+) -> tuple[Any, ...]:
+    """What Helion and Triton specialize a call on: the kernel, each epilogue's code, and
+    each tensor's dtype, device, sizes, strides and 16-byte alignment."""
+    return (
+        kernel,
+        *[
+            (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16)
+            if isinstance(t, torch.Tensor)
+            else t.__code__
+            for t in (*args, *captured)
+        ],
+    )
+
+
 def _run(
     kernel: helion.Kernel, args: tuple[Any, ...], captured: tuple[torch.Tensor, ...] = ()
 ) -> Any:
-    """``kernel(*args)`` through the compiled function of its specialization.
+    """``kernel(*args)`` through the launch plan (or compiled function) of its specialization.
 
     ``args``: the operands and epilogues; ``captured``: the tensors the epilogues capture.
     """
     if kernel.settings.ref_mode is not RefMode.OFF:
         return kernel(*args)
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    codes = [a.__code__ for a in args if not isinstance(a, torch.Tensor)]
-    layouts = [
-        (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16) for t in (*tensors, *captured)
-    ]
-    key = (kernel, *codes, *layouts)
+    key = specialization_key(kernel, args, captured)
     # Kernels with tensor descriptors need Triton's scratch allocator, a thread-local setting
     # that Helion's generated module sets once, in the thread that first compiled it: a
     # kernel compiled in autograd's backward thread would fail in the caller's thread.
@@ -208,7 +385,7 @@ def _run(
 def _compile_and_run(
     kernel: helion.Kernel, args: tuple[Any, ...], key: tuple[Any, ...]
 ) -> torch.Tensor:
-    """Compile the chosen config for a new specialization, keep it and run it once.
+    """Compile the chosen config for a new specialization, run it once and keep its plan.
 
     A table entry must never make a call fail: where the chosen config does not compile, or
     Triton finds on the first launch that it needs more shared memory than the GPU has (an
@@ -216,8 +393,9 @@ def _compile_and_run(
     """
     bound = kernel.bind(args)
     try:
-        compiled = _launchable(bound.compile_config(bound.autotune(args, force=False)))
-        out = compiled(*args)
+        host_function = bound.compile_config(bound.autotune(args, force=False))
+        launcher = DirectLauncher()
+        out = host_function(*args, _launcher=launcher)
     except (helion.exc.BaseError, OutOfResources) as error:
         warnings.warn(
             f"helion_ops: the config chosen for {kernel.name} on "
@@ -226,14 +404,13 @@ def _compile_and_run(
             "using Helion's default",
             stacklevel=4,
         )
-        compiled = _launchable(bound.compile_config(bound.config_spec.default_config()))
-        out = compiled(*args)
-    _compiled[key] = compiled
+        host_function = bound.compile_config(bound.config_spec.default_config())
+        launcher = DirectLauncher()
+        out = host_function(*args, _launcher=launcher)
+    _compiled[key] = plan_for(kernel, host_function, launcher, args) or functools.partial(
+        host_function, _launcher=launcher
+    )
     return out
-
-
-def _launchable(compiled: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    return functools.partial(compiled, _launcher=DirectLauncher())
 
 
 def _kernel_for(dtype: torch.dtype, split_k: bool = False, pair: bool = False) -> helion.Kernel:
@@ -371,10 +548,16 @@ def _finish_split_k(
 
 
 def scaled(alpha: float) -> Epilogue:
-    """The epilogue ``alpha * acc``."""
+    """The epilogue ``alpha * acc``.
+
+    alpha is captured as a Python float whatever it came as: Triton would compile an int
+    argument of 1 as a constant, and a launch plan would then ignore later values.
+    """
+    alpha = float(alpha)
     return lambda acc, tile: alpha * acc
 
 
 def scaled_plus_bias(alpha: float, beta: float, bias_mn: torch.Tensor) -> Epilogue:
     """The epilogue ``alpha * acc + beta * bias`` for a bias expanded to the output's shape."""
+    alpha, beta = float(alpha), float(beta)
     return lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32)

@@ -88,3 +88,31 @@ def test_cpu_tensors_need_an_interpreter(monkeypatch):
     monkeypatch.delenv("HELION_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="mat1 is on cpu; helion_ops runs on CUDA tensors"):
         helion_ops.matmul(t(2, 3, device="cpu"), t(3, 4, device="cpu"))
+
+
+@pytest.mark.parametrize("op,args,error,message", CASES, ids=[c[3][:40] for c in CASES])
+def test_the_fast_path_passes_no_bad_input(op, args, error, message, monkeypatch):
+    """Well-formed CUDA input passes one quick expression; on the CPU it is reached only by
+    accepting every device, so that bad input must still fail through the full checks."""
+    from helion_ops import checks
+
+    monkeypatch.setattr(checks, "_fast_device", lambda t: True)
+    check = checks.check_matmul_args if op == "mm" else checks.check_addmm_args
+    with pytest.raises(error) as info:
+        check(*args) if op == "mm" else check(*args, 1.0, 1.0)
+    assert message in str(info.value)
+
+
+def test_the_fast_path_takes_well_formed_input(monkeypatch):
+    from helion_ops import checks
+
+    def full_checks(*args):
+        raise AssertionError("the full checks ran on well-formed input")
+
+    monkeypatch.setattr(checks, "_fast_device", lambda t: True)
+    monkeypatch.setattr(checks, "check_matrix", full_checks)
+    monkeypatch.setattr(checks, "check_scalar", full_checks)
+    a, b = t(4, 3), t(3, 5)
+    checks.check_matmul_args(a, b)
+    for bias in (t(5), t(1, 5), t(4, 1), t(4, 5), t(1), t()):
+        checks.check_addmm_args(bias, a, b, 2, 0.5)

@@ -9,6 +9,7 @@ from helion_ops.kernel import DirectLauncher
 
 class FakeCompiled(CompiledKernel):
     def __init__(self) -> None:  # no real binary behind it
+        self.module = None
         self.launches: list[tuple] = []
 
     def __getitem__(self, grid):

@@ -1,0 +1,98 @@
+"""Host cost of helion_ops' Python layers on a machine without a GPU (NOTES 31).
+
+The kernels are compiled for Triton's interpreter, but every launch is stubbed: Triton's JIT
+entry point returns a fake CompiledKernel whose launcher does nothing, and a fake driver
+gives the device and stream, so what is timed is everything but the C launcher. The
+argument checks take their CUDA path. bf16 256^3, median of 5 x 20000 calls (2000 for
+forward+backward). ``-p ROW...`` adds a cProfile table per row.
+
+    python -m benchmarks.host_overhead_cpu [-p launch_mm]
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch
+from triton.compiler import CompiledKernel
+from triton.runtime import driver
+
+import helion_ops
+from helion_ops import checks, kernel
+
+
+class FakeDriver:
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+
+class FakeCompiled(CompiledKernel):
+    def __init__(self) -> None:  # no binary behind it; its launcher does nothing
+        self.module, self.function, self.packed_metadata = 1, 0, ()
+        self._run = lambda *args: None
+        self.src, self.name, self.metadata = None, "fake", None
+
+
+def stub_launches() -> None:
+    driver.set_active(FakeDriver())
+    kernel.default_launcher = lambda *args, **options: FakeCompiled()
+    checks._fast_device = lambda t: True  # as on a GPU: no environment read
+
+
+def per_call_us(fn, calls: int, repeats: int = 5) -> float:
+    for _ in range(200):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    stub_launches()
+    s, dtype = 256, torch.bfloat16
+    a, b, g = (torch.randn(s, s, dtype=dtype) for _ in range(3))
+    bias = torch.randn(s, dtype=dtype)
+    la, lb, lbias = (t.clone().requires_grad_() for t in (a, b, bias))
+
+    def fwd_bwd(fn, *inputs):
+        def run():
+            for t in inputs:
+                t.grad = None
+            fn(*inputs).backward(g)
+
+        return run
+
+    rows = {
+        "launch_mm": lambda: kernel.launch_mm(a, b),
+        "matmul (no grad)": lambda: helion_ops.matmul(a, b),
+        "addmm (no grad)": lambda: helion_ops.addmm(bias, a, b),
+        "matmul (grad)": lambda: helion_ops.matmul(la, lb),
+        "addmm (grad)": lambda: helion_ops.addmm(lbias, la, lb),
+        "matmul fwd+bwd": fwd_bwd(helion_ops.matmul, la, lb),
+        "addmm fwd+bwd": fwd_bwd(helion_ops.addmm, lbias, la, lb),
+    }
+    for name, fn in rows.items():
+        print(f"{name:22s} {per_call_us(fn, 2000 if 'bwd' in name else 20000):8.2f} us")
+    if "-p" in sys.argv:
+        for name in sys.argv[sys.argv.index("-p") + 1 :]:
+            profile = cProfile.Profile()
+            profile.runcall(lambda fn=rows[name]: [fn() for _ in range(5000)])
+            pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Launch plans: built on a specialization's first call, never reused for another one.
+
+On the CPU the plans launch through Triton's interpreter, so a plan reused for a changed
+layout computes with the first call's sizes and strides and its result is wrong; a plan
+whose compiled-kernel launch is faked shows what it would pass to the GPU.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from conftest import DEVICE, HAS_CUDA
+from reference import assert_matches
+from triton.compiler import CompiledKernel
+from triton.knobs import HookChain
+
+from helion_ops import kernel
+from helion_ops.kernel import LaunchPlan, launch_addmm, launch_mm, launch_mm_pair
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    kernel.reset()
+    yield
+    kernel.reset()
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(shape, dtype=dtype, device=DEVICE)
+
+
+def at_offset(shape: tuple[int, int], elements: int, dtype=torch.float32) -> torch.Tensor:
+    """A contiguous view whose data starts ``elements`` past a fresh allocation's start."""
+    flat = torch.randn(shape[0] * shape[1] + elements, dtype=dtype, device=DEVICE)
+    return flat[elements:].view(shape)
+
+
+def check_mm(name: str, a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> None:
+    ours = launch_mm(a, b, alpha)
+    assert_matches(name, ours, alpha * (a @ b), alpha * (a.double() @ b.double()))
+
+
+def plans() -> list:
+    return list(kernel._compiled.values())
+
+
+def test_every_kernel_gets_a_plan():
+    a, b = rand(48, 40), rand(40, 24)
+    check_mm("mm", a, b)
+    bias = rand(24)
+    out = launch_addmm(bias, a, b, 2.0, 0.5)
+    want = torch.addmm(bias.double(), a.double(), b.double(), beta=0.5, alpha=2.0)
+    assert_matches("addmm", out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0), want)
+    g = rand(48, 24)
+    one, two = launch_mm_pair(g, b.T, a.T, g, 3.0)
+    assert_matches("pair, first", one, 3 * g @ b.T, 3 * g.double() @ b.T.double())
+    assert_matches("pair, second", two, 3 * a.T @ g, 3 * a.T.double() @ g.double())
+    long_k = rand(16, 2048), rand(2048, 16)
+    assert kernel.wants_split_k(16, 16, 2048)
+    check_mm("split-K", *long_k)
+    assert len(plans()) == 4 and all(isinstance(p, LaunchPlan) for p in plans())
+    # The second call of each goes through its plan, split-K's zeroed output included.
+    check_mm("mm again", a, b)
+    check_mm("split-K again", *long_k, alpha=0.5)
+    assert len(plans()) == 4
+
+
+def transposed(a: torch.Tensor) -> torch.Tensor:
+    return a.T.contiguous().T  # same sizes and values, column-major strides
+
+
+CHANGES = {
+    "dtype": lambda a, b: (a.half(), b.half()),
+    "stride of a": lambda a, b: (transposed(a), b),
+    "stride of b": lambda a, b: (a, transposed(b)),
+    "alignment of a": lambda a, b: (at_offset(a.shape, 1).copy_(a), b),
+    "alignment of b": lambda a, b: (a, at_offset(b.shape, 3).copy_(b)),
+    "size": lambda a, b: (torch.cat([a, a[:8]]), b),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_changed_layout_never_reuses_a_plan(change):
+    a, b = rand(40, 32), rand(32, 24)
+    check_mm("first", a, b)
+    changed = CHANGES[change](a, b)
+    check_mm(f"after a change of {change}", *changed)
+    assert len(plans()) == 2, f"a change of {change} reused the first call's plan"
+    check_mm("first again", a, b)
+    assert len(plans()) == 2
+
+
+@pytest.mark.parametrize("change", ["stride", "alignment", "shape"])
+def test_a_changed_bias_never_reuses_a_plan(change):
+    a, b = rand(40, 32), rand(32, 24)
+    first = rand(24)
+    bias = {
+        "stride": rand(40, 1),  # expands to the same [40, 24], strides (1, 0) not (0, 1)
+        "alignment": at_offset((1, 24), 1)[0],
+        "shape": rand(40, 24),
+    }[change]
+    for name, b1 in (("first bias", first), (f"bias of another {change}", bias)):
+        out = launch_addmm(b1, a, b, 1.0, 1.0)
+        want = torch.addmm(b1.double(), a.double(), b.double())
+        assert_matches(name, out, torch.addmm(b1, a, b), want)
+    assert len(plans()) == 2
+
+
+def test_the_key_holds_the_device():
+    a = torch.empty(8, 8)
+    meta = torch.empty(8, 8, device="meta")
+    epilogue = kernel.scaled(1.0)
+    key = kernel.specialization_key(kernel.matmul_kernel, (a, a, epilogue))
+    assert key != kernel.specialization_key(kernel.matmul_kernel, (meta, meta, epilogue))
+    assert key == kernel.specialization_key(kernel.matmul_kernel, (a, a.clone(), epilogue))
+
+
+def test_alpha_and_beta_are_this_calls_values():
+    a, b, bias = rand(40, 32), rand(32, 24), rand(24)
+    for alpha, beta in ((2.0, 0.5), (-1.5, 3.0), (1, 1), (0.25, 0.25), (7, 2)):
+        out = launch_addmm(bias, a, b, alpha, beta)
+        want = torch.addmm(bias.double(), a.double(), b.double(), beta=beta, alpha=alpha)
+        theirs = torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        assert_matches(f"alpha {alpha}, beta {beta}", out, theirs, want)
+    for alpha in (3, 1, -0.5):
+        check_mm(f"alpha {alpha}", a, b, alpha)
+    assert len(plans()) == 2, "one plan for the bias epilogue, one for the scaled one"
+
+
+class FakeCompiled(CompiledKernel):
+    def __init__(self) -> None:  # no binary behind it
+        self.module = None
+        self.function, self.packed_metadata = "function", "packed"
+        self.runs: list[tuple] = []
+        self._run = lambda *args: self.runs.append(args)
+
+    def __getitem__(self, grid):
+        return lambda *args: self.runs.append(("runner", grid, *args))
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="fakes the compiled kernel of the CPU interpreter")
+def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypatch):
+    a, b, bias = rand(40, 32), rand(32, 24), rand(24)
+    launch_addmm(bias, a, b, 2.0, 0.5)  # builds the plan through the interpreter
+    (plan,) = plans()
+    fake = FakeCompiled()
+    plan.launcher.compiled[plan.triton_kernel] = fake
+    active = types.SimpleNamespace(
+        get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
+    )
+    monkeypatch.setattr(kernel, "driver", types.SimpleNamespace(active=active))
+
+    a2, b2, bias2 = rand(40, 32), rand(32, 24), rand(24)
+    out = launch_addmm(bias2, a2, b2, -1.0, 4.0)
+    ((*launch, bias_arg, out_arg, alpha, beta),) = fake.runs
+    grid, (stream, function, packed), hooks = tuple(launch[:3]), launch[3:6], launch[6:9]
+    assert grid == plan.grid and stream == 30 and (function, packed) == ("function", "packed")
+    assert hooks == [None, None, None]  # no launch metadata where no hook reads it
+    x, y = launch[9:]
+    assert x is a2 and y is b2 and out_arg is out and (alpha, beta) == (-1.0, 4.0)
+    assert bias_arg.data_ptr() == bias2.data_ptr() and bias_arg.stride() == (0, 1)
+    assert out.shape == (40, 24) and out.dtype == a.dtype
+
+    # A launch hook (a profiler) sends the launch through Triton's own runner.
+    hook = HookChain()
+    hook.add(lambda metadata: None)
+    monkeypatch.setattr(kernel.knobs.runtime, "launch_enter_hook", hook)
+    launch_addmm(bias2, a2, b2, 1.0, 1.0)
+    assert len(fake.runs) == 2 and fake.runs[-1][0] == "runner"
