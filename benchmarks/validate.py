@@ -32,18 +32,21 @@ def read_shapes(path: Path) -> list[tuple[int, int, int]]:
         return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
 
 
-def run(op: str, precision: str, modes: str, shapes_csv: Path, out: Path, extra: list[str]):
-    """The run_bench.py calls of one op and dtype, each into a folder of its own under out."""
+def run(op: str, precision: str, modes: str, shapes_csv: Path, out: Path, extra: list[str]) -> int:
+    """The run_bench.py calls of one op and dtype, each into a folder of its own under out;
+    the worst exit status."""
     common = ["--precision", precision, "--mode", modes, "--only", ",".join(BACKENDS[op])]
     if op == "gemm":
         shapes = ["--layout", "tt", "--input", str(shapes_csv.resolve())]
         folder = out / f"gemm_{precision}"
-        run_bench(["--op", "gemm", *shapes, *common, "--output-dir", str(folder), *extra])
-        return
+        return run_bench(["--op", "gemm", *shapes, *common, "--output-dir", str(folder), *extra])
+    status = 0
     for m, n, k in read_shapes(shapes_csv):
         sizes = ["--m", str(m), "--k", str(k), "--n", str(n)]
         folder = out / f"addmm_{precision}" / f"{m}x{n}x{k}"
-        run_bench(["--op", "addmm", *sizes, *common, "--output-dir", str(folder), *extra])
+        argv = ["--op", "addmm", *sizes, *common, "--output-dir", str(folder), *extra]
+        status = max(status, run_bench(argv))
+    return status
 
 
 def collect(out: Path) -> list[dict]:
@@ -115,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, extra = parser.parse_known_args(argv)
     out = args.output_dir
+    status = 0
     if not args.summarize_only:
         for precision in args.precision.split(","):
             for op in args.op.split(","):
-                run(op, precision, args.mode, args.shapes, out, extra)
+                status = max(status, run(op, precision, args.mode, args.shapes, out, extra))
     rows = collect(out)
     with (out / "validation.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["op"])
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = summarize(rows)
     (out / "validation.json").write_text(json.dumps({"summary": lines, "rows": rows}, indent=1))
     print("\n".join(lines))
-    return 0
+    return status
 
 
 if __name__ == "__main__":
