@@ -226,12 +226,25 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
 
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: 128x256 tiles, 8 warps, 3
-    stages, and K split so that about two programs run per SM (at most 64 ways). The
-    table's split-K keys (outputs of 256x768 to 1536x512, K of 20k to 1e6) were won by
-    128x256 tiles split 8 to 64 ways, except 512x512 (128x128 tiles; 128x256 within 10%)."""
+    stages, and the split of least wave cost. K in ``split`` pieces gives ``tiles * chunks``
+    programs, run in ``ceil(programs / sms)`` rounds of ``K block / 64`` steps plus the
+    atomic add of the fp32 tile (counted as ``ATOMIC_STEPS``). On the table's split-K keys
+    (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives
+    their tuned split (8 and 64), and 16 at 512x512 (tuned: 8 with 128x128 tiles)."""
+
+    def cost(split: int) -> tuple[int, int]:
+        block = 1 << (math.ceil(k / split) - 1).bit_length()
+        programs = tiles * math.ceil(k / block)
+        steps = math.ceil(min(block, k) / 64)
+        return math.ceil(programs / sms) * (steps + ATOMIC_STEPS), split
+
     tiles = math.ceil(m / 128) * math.ceil(n / 256)
-    split = 1 << max(0, min(6, (2 * sms // tiles).bit_length() - 1))
+    _, split = min(cost(1 << e) for e in range(7))
     return split_config(128, 256, 64, split, 3, warps=8)
+
+
+# What the split-K kernel's atomic add of one 128x256 fp32 tile costs, in K steps of 64.
+ATOMIC_STEPS = 8
 
 
 def tuned_pair(*operands: torch.Tensor) -> bool:
