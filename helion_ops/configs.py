@@ -38,7 +38,7 @@ from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
 from helion_ops.candidates import split_config
-from helion_ops.model import shipped_model
+from helion_ops.model import shipped_model, tail_split
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -176,6 +176,8 @@ def gpu_arch(device: torch.device) -> str:
 def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.Config:
     """The config for ``a @ b``, or for a pair's ``a1, b1, a2, b2``, without any search (rules
     2 to 4 above)."""
+    if len(operands) == 5:  # last_wave_kernel's x_full, x_tail, y, out_full, partial
+        return last_wave_config(bound_kernel, *operands)
     key = config_key(*operands)
     pairs = zip(operands[::2], operands[1::2], strict=True)
     mnks = [product_mnk(a, b) for a, b in pairs]
@@ -197,12 +199,79 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
-    n = mnks[0][1]
-    aligned = tma_aligned(a, b) and (n * a.element_size()) % 16 == 0
-    config = model.choose(*mnks[0], key[4], aligned, sm_count(device))
+    config = model.choose(*mnks[0], key[4], aligned_product(a, b), sm_count(device))
     if config is None:
         return bound_kernel.config_spec.default_config()
     return unflattened(config) if epilogue == "bias" else config
+
+
+def aligned_product(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a``, ``b`` and the row-major output of ``a @ b`` suit tensor descriptors."""
+    return tma_aligned(a, b) and (b.shape[1] * a.element_size()) % 16 == 0
+
+
+_last_wave_rows: dict[tuple, int | None] = {}
+
+
+def last_wave_rows(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """Where ``a @ b`` runs ``last_wave_kernel``: the rows in whole waves of tiles, or None
+    (the plain kernel). Only fp16 and bf16 products without a table entry, on a GPU with a
+    model, where the model predicts splitting the last wave is faster (``Model.plan``);
+    decided once per (shapes, strides, alignment, dtype, device)."""
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, a.data_ptr() % 16)
+    if key in _last_wave_rows:
+        return _last_wave_rows[key]
+    rows = None
+    if a.is_cuda and a.dtype != torch.float32:
+        arch = gpu_arch(a.device)
+        model = shipped_model(arch)
+        table_key = config_key(a, b)
+        if model is not None and table_config(tuned_table(arch), table_key, "plain") is None:
+            m, n, k = product_mnk(a, b)
+            plan = model.plan(m, n, k, table_key[4], aligned_product(a, b), sm_count(a.device))
+            if plan is not None and plan[1] < m:
+                rows = plan[1]
+    _last_wave_rows[key] = rows
+    return rows
+
+
+def last_wave_config(
+    bound_kernel: BoundKernel,
+    x_full: torch.Tensor,
+    x_tail: torch.Tensor,
+    y: torch.Tensor,
+    out_full: torch.Tensor,
+    partial: torch.Tensor,
+) -> helion.Config:
+    """``last_wave_kernel``'s config: the tile shape of ``Model.best_split``, flat programs,
+    and the tail's K cut in ``tail_split``'s pieces (a power-of-two split giving that block)."""
+    rows, k = x_full.shape
+    m, n = rows + x_tail.shape[0], y.shape[1]
+    if not x_full.is_cuda:
+        config = interpreter_config((rows, n, k), (m - rows, n, k))
+        config.config["split_k"] = 4
+        return config
+    sms = sm_count(x_full.device)
+    layout = config_key(x_full, y)[4]
+    model = shipped_model(gpu_arch(x_full.device))
+    shape = (m, n, k, layout, aligned_product(x_full, y), sms)
+    best = model.best_split(*shape) or model.best_plain(*shape)
+    chosen = best[1].config
+    bm, bn, bk = chosen["block_sizes"]
+    tail_tiles = math.ceil((m - rows) / bm) * math.ceil(n / bn)
+    block, _ = tail_split(tail_tiles, k, sms)
+    indexing = chosen.get("indexing", "pointer")
+    return helion.Config(
+        block_sizes=[bm, bn, bk, bm, bn, bk],
+        num_warps=chosen["num_warps"],
+        num_stages=chosen["num_stages"],
+        pid_type="flat",
+        indexing=indexing if isinstance(indexing, str) else "pointer",
+        l2_groupings=[8 if indexing == "tensor_descriptor" else 1, 1],
+        range_unroll_factors=[0] * 4,
+        range_num_stages=[0] * 4,
+        split_k=1 << (math.ceil(k / block) - 1).bit_length(),
+    )
 
 
 @functools.cache

@@ -46,7 +46,7 @@ from triton.knobs import HookChain
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from helion_ops.configs import product_mnk, select_config, tuned_pair
+from helion_ops.configs import last_wave_rows, product_mnk, select_config, tuned_pair
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -113,6 +113,35 @@ def _matmul_pair(
     return out1, out2
 
 
+def _matmul_last_wave(
+    x_full: torch.Tensor,
+    x_tail: torch.Tensor,
+    y: torch.Tensor,
+    out_full: torch.Tensor,
+    partial: torch.Tensor,
+    epilogue: Epilogue,
+) -> None:
+    # The rows of x whose tiles fill whole waves of the SMs (x_full) run _matmul's loop into
+    # out_full; the tiles of the other rows (x_tail, less than a wave) are cut in K, as in
+    # _matmul_split_k, so that they fill the SMs in one more round, and their fp32 partial
+    # sums are added into partial. One launch: the tail's programs follow the full waves'.
+    m_full, k = x_full.size()
+    _, n = y.size()
+    m_tail = x_tail.size(0)
+    split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 4))
+    k_block = helion.next_power_of_2(helion.cdiv(k, split_k))
+    for tile_m, tile_n in hl.tile([m_full, n]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            acc = torch.addmm(acc, x_full[tile_m, tile_k], y[tile_k, tile_n])
+        out_full[tile_m, tile_n] = epilogue(acc, (tile_m, tile_n))
+    for tile_m, tile_n, outer_k in hl.tile([m_tail, n, k], block_size=[None, None, k_block]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for inner_k in hl.tile(outer_k.begin, outer_k.end):
+            acc = torch.addmm(acc, x_tail[tile_m, inner_k], y[inner_k, tile_n])
+        hl.atomic_add(partial, [tile_m, tile_n], acc)
+
+
 def _make_kernel(body: Callable[..., torch.Tensor], dot_precision: str) -> helion.Kernel:
     return helion.kernel(
         body,
@@ -136,6 +165,9 @@ split_k_kernel_tf32 = _make_kernel(_matmul_split_k, "tf32")
 # alone fills half the SMs or less, so together they take about the time of one.
 pair_kernel = _make_kernel(_matmul_pair, "ieee")
 pair_kernel_tf32 = _make_kernel(_matmul_pair, "tf32")
+# A product whose last wave of tiles would leave SMs idle (fp16 and bf16, where the wave model
+# predicts a gain: ``configs.last_wave_rows``): that wave split over K in the same launch.
+last_wave_kernel = _make_kernel(_matmul_last_wave, "ieee")
 KERNELS = (
     matmul_kernel,
     matmul_kernel_tf32,
@@ -143,6 +175,7 @@ KERNELS = (
     split_k_kernel_tf32,
     pair_kernel,
     pair_kernel_tf32,
+    last_wave_kernel,
 )
 # Kernels whose host function zeroes its output (the split-K kernel adds into it): a launch
 # plan allocates theirs with torch.zeros.
@@ -519,7 +552,10 @@ def launch_addmm(
     # Helion's ref mode (eager PyTorch, for tests) runs without a config, and split_k is one.
     if wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF:
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
-        return _finish_split_k(partial, bias, alpha, beta, a.dtype)
+        return _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
+    rows = last_wave_rows(a, b)
+    if rows is not None:
+        return launch_last_wave(bias, a, b, alpha, beta, rows)
     kernel = _kernel_for(a.dtype)
     if bias is None:
         return _run(kernel, (a, b, scaled(alpha)))
@@ -527,19 +563,42 @@ def launch_addmm(
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,))
 
 
+def launch_last_wave(
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    alpha: float,
+    beta: float,
+    rows: int,
+) -> torch.Tensor:
+    """``launch_addmm`` through ``last_wave_kernel``: rows ``[0, rows)`` in whole waves of
+    tiles with the epilogue fused, the others split over K into fp32 and finished after."""
+    m, n = a.shape[0], b.shape[1]
+    out = a.new_empty((m, n))
+    partial = torch.zeros((m - rows, n), dtype=torch.float32, device=a.device)
+    operands = (a[:rows], a[rows:], b, out[:rows], partial)
+    if bias is None:
+        _run(last_wave_kernel, (*operands, scaled(alpha)))
+        _finish_split_k(partial, None, alpha, beta, out[rows:])
+        return out
+    bias_mn = bias.expand(m, n)
+    _run(last_wave_kernel, (*operands, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,))
+    _finish_split_k(partial, bias_mn[rows:], alpha, beta, out[rows:])
+    return out
+
+
 def _finish_split_k(
     partial: torch.Tensor,
     bias: torch.Tensor | None,
     alpha: float,
     beta: float,
-    dtype: torch.dtype,
+    out: torch.Tensor,
 ) -> torch.Tensor:
-    """``alpha * partial + beta * bias`` in fp32, rounded once to ``dtype``.
+    """``out = alpha * partial + beta * bias`` in fp32, rounded once to ``out``'s dtype.
 
     One pass over the fp32 partial sums (the cast is the store of the add or copy), two where
     ``alpha != 1``; torch promotes the bias to fp32 inside the add, so it is never copied.
     """
-    out = torch.empty(partial.shape, dtype=dtype, device=partial.device)
     if alpha != 1:
         partial.mul_(alpha)
     if bias is None:

@@ -64,6 +64,46 @@ def features(candidate: helion.Config, m: int, n: int, k: int, sms: int) -> tupl
     return rounds * math.ceil(k / bk), rounds, 1
 
 
+# What splitting the last wave adds to a product's time: zeroing the fp32 buffer of its rows
+# and a pass that scales, adds the bias and rounds them (two more launches, a few us).
+LAST_WAVE_MS = 0.005
+LAST_WAVE_GAIN = 0.9
+
+
+def last_wave(
+    candidate: helion.Config, m: int, n: int, k: int, sms: int
+) -> tuple[int, int, int] | None:
+    """The last partial wave of a product split over K (``helion_ops.kernel.last_wave_kernel``):
+    the rows whose tiles fill whole waves run as usual, the tiles of the remaining rows are
+    cut in K so that they fill the SMs in one more round. Returns (rows in whole waves, rounds,
+    K steps on the busiest SM), or None where there is no whole wave or no partial one."""
+    bm, bn, bk = candidate.config["block_sizes"]
+    tiles_n = math.ceil(n / bn)
+    tiles = math.ceil(m / bm) * tiles_n
+    rows = (tiles // sms * sms) // tiles_n  # tile rows inside whole waves
+    tail = tiles - rows * tiles_n
+    if rows == 0 or tail == 0:
+        return None
+    block, chunks = tail_split(tail, k, sms)
+    steps = math.ceil(k / bk)
+    full_rounds = math.ceil(rows * tiles_n / sms)
+    tail_rounds = math.ceil(tail * chunks / sms)
+    return (
+        rows * bm,
+        full_rounds + tail_rounds,
+        full_rounds * steps + tail_rounds * math.ceil(min(block, k) / bk),
+    )
+
+
+def tail_split(tiles: int, k: int, sms: int) -> tuple[int, int]:
+    """(K block, pieces) for ``tiles`` output tiles: the smallest power-of-two K block (the
+    split-K loop's) whose pieces of every tile still fit on the SMs in one round."""
+    block = 1 << max(0, (k - 1).bit_length())
+    while block > 64 and tiles * math.ceil(k / (block // 2)) <= sms:
+        block //= 2
+    return block, math.ceil(k / block)
+
+
 def layout_class(layout: str) -> str:
     """The layout whose fit a product uses: its own for 'rr', 'rc' and 'cr'; 'rr' otherwise."""
     return layout if layout in ("rr", "rc", "cr") else "rr"
@@ -98,12 +138,53 @@ class Model:
         self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
     ) -> helion.Config | None:
         """The candidate of least predicted time, or None where none has a fit."""
-        predicted = [
+        plain = self.best_plain(m, n, k, layout, aligned, sms)
+        return None if plain is None else plain[1]
+
+    def best_plain(
+        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+    ) -> tuple[float, helion.Config] | None:
+        """(predicted ms, candidate) of the fastest candidate, or None where none has a fit."""
+        times = [
             (t, i)
             for i in range(len(self.candidates))
             if (t := self.predict(i, m, n, k, layout, aligned, sms)) is not None
         ]
-        return self.candidates[min(predicted)[1]] if predicted else None
+        return (min(times)[0], self.candidates[min(times)[1]]) if times else None
+
+    def best_split(
+        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+    ) -> tuple[float, helion.Config, int] | None:
+        """(predicted ms, candidate, rows in whole waves) of the fastest candidate with its
+        last wave split over K (``last_wave``), or None where no candidate has one."""
+        best = None
+        for i, candidate in enumerate(self.candidates):
+            coefficients = self.params[i].get(layout_class(layout))
+            factor = 1.0 if aligned else self.unaligned[i]
+            waves = last_wave(candidate, m, n, k, sms)
+            if coefficients is None or factor is None or waves is None:
+                continue
+            a, b, c = coefficients
+            rows, rounds, steps = waves
+            time = factor * (a * steps + b * rounds + c) + LAST_WAVE_MS
+            if best is None or time < best[0]:
+                best = (time, candidate, rows)
+        return best
+
+    def plan(
+        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+    ) -> tuple[helion.Config, int] | None:
+        """How to run a product: a candidate, and the rows it runs in whole waves with the
+        last wave split over K, or ``m`` (the plain kernel). The split is taken only where
+        predicted ``LAST_WAVE_GAIN`` times the best plain candidate's time or less.
+        None where no candidate has a fit."""
+        plain = self.best_plain(m, n, k, layout, aligned, sms)
+        if plain is None:
+            return None
+        split = self.best_split(m, n, k, layout, aligned, sms)
+        if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0]:
+            return split[1], split[2]
+        return plain[1], m
 
     def to_json(self, **info: object) -> dict:
         return {

@@ -131,6 +131,19 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
+@pytest.mark.parametrize("m,n,k", [(2960, 2960, 2960), (1408 + 100, 1536, 1536)], ids=str)
+def test_a_product_with_a_partial_last_wave_splits_it(m, n, k):
+    """Shapes (in no table) whose last wave the model splits over K: forward, both grads and
+    addmm's bias through ``last_wave_kernel``."""
+    a, b = make((m, k), torch.bfloat16), make((k, n), torch.bfloat16)
+    assert configs.last_wave_rows(a, b) is not None
+    kernel.reset()
+    check_matmul(a, b)
+    assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
+    bias = make((n,), torch.bfloat16)
+    check_addmm(bias, a, b, alpha=1.5, beta=0.5)
+
+
 def test_split_k_without_an_entry_runs_the_split_rule():
     """A few output tiles and a long K, not in the table: ``configs.split_rule``'s config."""
     a = make((700, 30000), torch.bfloat16, transposed=True)  # a.T @ g of a tall product

@@ -209,3 +209,31 @@ def test_training_keys_are_single_products_the_model_chooses_for():
 
 def test_warmup_reads_tritonbench_shape_files():
     assert warmup.read_shapes(VALIDATION_CSV) == validation_shapes()
+
+
+def test_tail_split_cuts_k_until_the_tail_fills_the_sms():
+    assert model.tail_split(24, 2960, SMS) == (1024, 3)  # 72 programs; 512 would make 144
+    assert model.tail_split(200, 4096, SMS) == (4096, 1)  # more tiles than SMs: no cut
+    assert model.tail_split(1, 256, SMS) == (64, 4)  # never below one K step of 64
+
+
+def test_last_wave_keeps_whole_waves_and_splits_the_rest():
+    # 2960^3 in 128x256 tiles: 24 x 12 = 288 tiles, 2 whole waves of 132 are 22 tile rows.
+    assert model.last_wave(BIG, 2960, 2960, 2960, SMS) == (22 * 128, 3, 2 * 47 + 16)
+    assert model.last_wave(BIG, 1024, 1024, 1024, SMS) is None  # 32 tiles: no whole wave
+    assert model.last_wave(BIG, 128 * 33, 256 * 4, 512, SMS) is None  # exactly one wave
+
+
+def test_the_plan_splits_the_last_wave_only_where_it_pays(monkeypatch):
+    shipped = model.shipped_model("sm90")
+    _, candidate, rows = shipped.best_split(2960, 2960, 2960, "rr", True, SMS)
+    assert rows == 2816 and candidate.config["block_sizes"][:2] == [128, 256]
+    monkeypatch.setattr(model, "LAST_WAVE_GAIN", 1.0)
+    assert shipped.plan(2960, 2960, 2960, "rr", True, SMS) == (candidate, 2816)
+    monkeypatch.setattr(model, "LAST_WAVE_GAIN", 0.5)
+    assert shipped.plan(2960, 2960, 2960, "rr", True, SMS)[1] == 2960
+    split, plain = (
+        f(8192, 8192, 8192, "rr", True, SMS)[0] for f in (shipped.best_split, shipped.best_plain)
+    )
+    assert split > plain  # 15.5 waves: the split saves less than it costs
+    assert shipped.best_split(512, 512, 512, "rr", True, SMS) is None  # less than a wave

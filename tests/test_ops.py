@@ -279,3 +279,23 @@ def test_full_bias_grad_is_copied_only_to_scale_it(beta):
     (grad_bias,) = torch.autograd.grad(out, bias, grad_out)
     assert (grad_bias.data_ptr() == grad_out.data_ptr()) == (beta == 1)
     torch.testing.assert_close(grad_bias, beta * grad_out, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("bias_shape", [None, (70, 29), (29,)], ids=str)
+@pytest.mark.parametrize("layout", ["rr", "cr", "rc"])
+@pytest.mark.parametrize("rows", [64, 32])
+def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
+    """The last wave split over K: rows [0, rows) in the plain loop with the epilogue, the
+    others as fp32 partial sums finished after; forward and both grads, as the GPU takes it."""
+    from helion_ops import kernel
+
+    monkeypatch.setattr(kernel, "last_wave_rows", lambda a, b: rows if a.shape[0] > rows else None)
+    a = make((70, 90), dtype_mode, transposed=layout[0] == "c")
+    b = make((90, 29), dtype_mode, transposed=layout[1] == "c")
+    kernel.reset()
+    if bias_shape is None:
+        check_matmul(a, b)
+    else:
+        check_addmm(make(bias_shape, dtype_mode), a, b, alpha=1.5, beta=-0.5)
+    assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
