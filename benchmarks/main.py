@@ -3,7 +3,8 @@
 Each input of each (op, mode) is one in-process tritonbench call with the helion backends
 registered, announced by a progress line while its own output goes to ``run.log``; a job's
 calls are merged into a stamped CSV, a JSON and a PNG in the output directory. A call that
-fails is recorded and the run goes on.
+fails is recorded and the run goes on. Where tritonbench cannot be imported, the built-in
+harness (``benchmarks/harness.py``) runs the same calls, aten and helion only.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit status: 0; 1 when a tritonbench call failed or, with --ci, when a helion
         accuracy cell is not 1 or is missing, or --compare finds a regression; 2 on a bad
-        command line or without tritonbench.
+        command line. Without tritonbench the built-in harness measures the same jobs.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     options = parse_args(argv)
