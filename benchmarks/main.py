@@ -3,7 +3,8 @@
 Each input of each (op, mode) is one in-process tritonbench call with the helion backends
 registered, announced by a progress line while its own output goes to ``run.log``; a job's
 calls are merged into a stamped CSV, a JSON and a PNG in the output directory. A call that
-fails is recorded and the run goes on.
+fails is recorded and the run goes on. Where tritonbench cannot be imported, the built-in
+harness (``benchmarks/harness.py``) runs the same calls, aten and helion only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from benchmarks import harness
 from benchmarks.cli import check_runnable, parse_args
 from benchmarks.compare import comparison, latencies_in, latencies_of_results, regression
 from benchmarks.gpus import gpu_count, run_workers
@@ -27,6 +29,7 @@ from benchmarks.results import (
     FLOPS_PER_FORWARD,
     JobResult,
     add_corrected_tflops,
+    format_csv,
     merge_csv,
     parse_tritonbench_csv,
     read_json,
@@ -36,6 +39,7 @@ from benchmarks.results import (
 )
 from benchmarks.suite import CPU_LATENCY_NOTE, plan_jobs, shard_range
 from benchmarks.tritonbench_runner import (
+    INSTALL_COMMAND,
     addmm_sizes_need_bias_1d,
     count_inputs,
     has_tolerance_flags,
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit status: 0; 1 when a tritonbench call failed or, with --ci, when a helion
         accuracy cell is not 1 or is missing, or --compare finds a regression; 2 on a bad
-        command line or without tritonbench.
+        command line. Without tritonbench the built-in harness measures the same jobs.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     options = parse_args(argv)
@@ -84,22 +88,26 @@ def main(argv: list[str] | None = None) -> int:
         # Before Triton is first imported (through Helion or tritonbench): the interpreter
         # cannot call the functions Triton jit-decorates at import without it.
         os.environ["TRITON_INTERPRET"] = "1"
-    error = tritonbench_import_error()
-    if error:
-        print(error, file=sys.stderr)
-        return 2
-
-    # Only now: it imports Helion, hence Triton.
-    from helion_ops.tritonbench_plugin import register
-
-    register()
+    builtin = tritonbench_import_error() is not None
     try:
-        jobs = plan_jobs(
-            options,
-            gpu,
-            has_tolerance_flags=has_tolerance_flags(),
-            addmm_sizes_need_bias_1d=addmm_sizes_need_bias_1d(),
-        )
+        if builtin:
+            print(
+                "tritonbench is not importable: measuring with the built-in harness "
+                f"(benchmarks/harness.py). For tritonbench's: {INSTALL_COMMAND}"
+            )
+            jobs = plan_jobs(options, gpu, builtin=True)
+            jobs = [harness.job_with_shapes(job, options) for job in jobs]
+        else:
+            # Only now: it imports Helion, hence Triton.
+            from helion_ops.tritonbench_plugin import register
+
+            register()
+            jobs = plan_jobs(
+                options,
+                gpu,
+                has_tolerance_flags=has_tolerance_flags(),
+                addmm_sizes_need_bias_1d=addmm_sizes_need_bias_1d(),
+            )
     except ValueError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return 2
@@ -110,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     estimates = [job.seconds_per_call() for job, calls in planned for _ in calls]
     if options.full:
         print(f"--full: {len(estimates)} tritonbench calls, about {clock(sum(estimates))}.")
-    print(f"tritonbench's own output goes to {log}", flush=True)
+    print(f"Third-party output (tritonbench, Triton, inductor) goes to {log}", flush=True)
 
     meta = run_metadata(shlex.join([sys.argv[0], *argv]))
     meta["precision"] = options.precision or "fp16"
+    meta["harness"] = "built-in" if builtin else "tritonbench"
     if latency_note:
         meta["latency"] = latency_note
     progress = Progress(estimates)
@@ -125,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             print(progress.line(f"{job.op} {job.mode} {call.label}{shard}: "
                                 f"{', '.join(job.backends)}"), flush=True)  # fmt: skip
             with output_to(log):
-                text, error = _call_tritonbench([*job.argv, *call.argv])
+                call_argv = [*job.argv, *call.argv]
+                text, error = _call_harness(call_argv) if builtin else _call_tritonbench(call_argv)
             progress.advance()
             texts.append(text)
             if error:
@@ -253,6 +263,14 @@ def _output_path(options: Options, job: Job, num_jobs: int) -> Path | None:
         return options.output
     name = _with_shard(f"{options.output.stem}_{job.name}", options, options.output.suffix)
     return options.output.with_name(name)
+
+
+def _call_harness(argv: list[str]) -> tuple[str, str | None]:
+    """The built-in harness's rows for one command line, as tritonbench's CSV, and its error."""
+    try:
+        return format_csv("(M, N, K)", harness.run_call(argv)), None
+    except Exception as err:
+        return "", f"{type(err).__name__}: {err}"
 
 
 def _call_tritonbench(argv: list[str]) -> tuple[str, str | None]:

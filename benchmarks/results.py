@@ -111,6 +111,29 @@ def merge_csv(texts: list[str]) -> str:
     return "".join(lines)
 
 
+def format_csv(x_label: str, rows: list[Row]) -> str:
+    """Rows in the CSV tritonbench writes for ``--output`` (what ``parse_tritonbench_csv`` reads).
+
+    Args:
+        x_label: the first column's header, e.g. "(M, N, K)".
+        rows: one per (input, backend), every input with the same backends and metrics.
+
+    Returns:
+        The CSV, without an ``average`` row; an empty cell for a metric that is None.
+    """
+    columns = list(dict.fromkeys((row.backend, metric) for row in rows for metric in row.metrics))
+    by_shape: dict[str, dict[tuple[str, str], Value]] = {}
+    for row in rows:
+        cells = by_shape.setdefault(row.shape, {})
+        cells |= {(row.backend, metric): value for metric, value in row.metrics.items()}
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=";", lineterminator="\n")
+    writer.writerow([x_label, *(f"{backend}-{metric}" for backend, metric in columns)])
+    for shape, cells in by_shape.items():
+        writer.writerow([shape, *("" if cells.get(c) is None else cells[c] for c in columns)])
+    return out.getvalue()
+
+
 def read_json(path: Path) -> JobResult:
     """A result JSON written by ``write_json``, read back (for merging the runs of several GPUs).
 

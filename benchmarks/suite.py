@@ -192,6 +192,7 @@ def plan_jobs(
     gpu: bool,
     has_tolerance_flags: bool = False,
     addmm_sizes_need_bias_1d: bool = False,
+    builtin: bool = False,
 ) -> list[Job]:
     """One job per (op, mode), the suite's defaults filling what the command line leaves out.
 
@@ -218,7 +219,8 @@ def plan_jobs(
     for op in options.ops or SUITE_OPS:
         shapes = job_shapes(options, op, gpu)
         for mode in options.modes or SUITE_MODES:
-            only = options.only or ",".join(default_backends(op, mode, gpu, options.full))
+            backends = default_backends(op, mode, gpu and not builtin, options.full)
+            only = options.only or ",".join(backends)
             argv = ["--op", op, "--mode", mode, "--metrics", metrics, "--only", only]
             if op == "addmm" and addmm_sizes_need_bias_1d and options.bias_1d is None:
                 if options.sizes:

@@ -43,7 +43,6 @@ from benchmarks.suite import (
     shard_range,
 )
 from benchmarks.tritonbench_runner import (
-    INSTALL_COMMAND,
     addmm_sizes_need_bias_1d,
     has_tolerance_flags,
 )
@@ -528,13 +527,6 @@ def test_ci_ignores_empty_shards_and_other_ops():
 
 
 # --- main ----------------------------------------------------------------------------------------
-
-
-def test_main_without_tritonbench_says_how_to_install(monkeypatch, capsys, tmp_path):
-    monkeypatch.setitem(sys.modules, "tritonbench", None)
-    assert main_module.main(["--output-dir", str(tmp_path / "out")]) == 2
-    assert INSTALL_COMMAND in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
 
 
 def test_run_bench_py_works_from_any_folder(tmp_path):

@@ -1,0 +1,149 @@
+"""The built-in harness: run_bench's main job where tritonbench is not importable."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from benchmarks import harness
+from benchmarks import main as main_module
+from benchmarks.cli import parse_args
+from benchmarks.results import Row, format_csv, parse_tritonbench_csv
+from benchmarks.suite import BACKENDS, plan_jobs
+from benchmarks.tritonbench_runner import INSTALL_COMMAND
+
+
+@pytest.fixture
+def no_tritonbench(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tritonbench", None)  # import tritonbench raises
+
+
+def test_main_job_runs_without_tritonbench(no_tritonbench, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main_module.main(["--output-dir", str(out), "--ci"]) == 0
+    printed = capsys.readouterr().out
+    hint = [line for line in printed.splitlines() if INSTALL_COMMAND in line]
+    assert len(hint) == 1 and "built-in harness" in hint[0]
+    for op in ("gemm", "addmm"):
+        for mode in ("fwd", "bwd"):
+            document = json.loads((out / f"{op}_{mode}.json").read_text())
+            assert document["meta"]["harness"] == "built-in"
+            assert document["error"] is None
+            rows = {row["backend"]: row for row in document["rows"]}
+            names = BACKENDS[op]
+            assert set(rows) == {names.baseline, names.helion}
+            assert rows[names.helion]["shape"] == "(64, 48, 32)"
+            assert rows[names.helion]["accuracy"] == 1.0
+            assert "accuracy" not in rows[names.baseline]
+            assert "# harness: built-in\n" in (out / f"{op}_{mode}.csv").read_text()
+
+
+def call_argv(op: str, mode: str, only: str | None = None) -> list[str]:
+    names = BACKENDS[op]
+    only = only or f"{names.baseline},{names.helion}"
+    argv = ["--op", op, "--mode", mode, "--metrics", "accuracy,latency,speedup,tflops"]
+    return [*argv, "--only", only, "--device", "cpu", "--m", "16", "--n", "24", "--k", "8"]
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd", "fwd_no_grad"])
+@pytest.mark.parametrize("op", ["gemm", "addmm"])
+def test_every_mode_scores_helion_accurate(op, mode):
+    baseline, helion = harness.run_call(call_argv(op, mode))
+    assert (baseline.backend, helion.backend) == (BACKENDS[op].baseline, BACKENDS[op].helion)
+    assert helion.metrics["accuracy"] == 1.0
+    assert isinstance(helion.metrics["speedup"], float)
+    assert set(baseline.metrics) == {"latency", "tflops"}
+
+
+class Doubled(torch.autograd.Function):
+    """The product with the gradient of the last matrix doubled."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        return dy @ b.T, 2 * (a.T @ dy)
+
+
+@pytest.mark.parametrize("op", ["gemm", "addmm"])
+@pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
+def test_a_wrong_gradient_scores_accuracy_0(monkeypatch, op, mode):
+    def wrong(*inputs):
+        if op == "gemm":
+            return Doubled.apply(*inputs)
+        bias, a, b = inputs
+        return bias + Doubled.apply(a, b)
+
+    names = BACKENDS[op]
+    fns = harness.functions(op)
+    monkeypatch.setattr(harness, "functions", lambda op: {**fns, names.helion: wrong})
+    _, helion = harness.run_call(call_argv(op, mode))
+    assert helion.metrics["accuracy"] == 0.0
+    # The forward alone is right.
+    _, helion = harness.run_call(call_argv(op, "fwd"))
+    assert helion.metrics["accuracy"] == 1.0
+
+
+def test_inputs_follow_tritonbench_s_recipes():
+    torch.manual_seed(0)
+    a, b = harness.make_inputs("gemm", (64, 48, 32), torch.float32, "cpu", "tn", grad=True)
+    assert a.is_contiguous() and b.T.is_contiguous() and a.is_leaf and b.is_leaf
+    assert a.requires_grad and b.requires_grad
+    assert abs(a.mean().item() - 1 / 32) < 0.01  # (randn + 1) / K
+    bias, mat1, mat2 = harness.make_inputs("addmm", (64, 48, 32), torch.float16, "cpu", "tt", False)
+    assert [t.shape for t in (bias, mat1, mat2)] == [(64, 48), (64, 32), (32, 48)]
+    assert not bias.requires_grad
+
+
+def test_a_backend_it_lacks_and_a_failing_one_get_error_cells(monkeypatch):
+    names = BACKENDS["gemm"]
+    argv = call_argv("gemm", "fwd", f"{names.baseline},triton_tutorial_matmul,{names.helion}")
+
+    def boom(a, b):
+        raise RuntimeError("boom")
+
+    fns = harness.functions("gemm")
+    monkeypatch.setattr(harness, "functions", lambda op: {**fns, names.helion: boom})
+    _, triton, helion = harness.run_call(argv)
+    assert triton.error == harness.NOT_HERE
+    assert helion.error == "RuntimeError: boom"
+    assert list(helion.metrics) == ["accuracy", "latency", "speedup", "tflops"]
+
+
+def test_tritonbench_s_own_inputs_are_its_default_shapes(tmp_path):
+    def shapes(argv, gpu=True):
+        options = parse_args(argv)
+        jobs = plan_jobs(options, gpu=gpu, builtin=True)
+        return [harness.job_with_shapes(job, options) for job in jobs]
+
+    gemm, addmm = shapes(["--op", "gemm,addmm", "--mode", "fwd"])
+    assert len(gemm.shapes) == 31 and gemm.shapes[0] == (256, 256, 256)
+    assert len(addmm.shapes) == 42 and addmm.shapes[0] == (20120, 512, 1536)
+    assert gemm.backends == ("aten_matmul", "helion_matmul_tritonbench")  # no Triton here
+    (job,) = shapes(["--op", "addmm", "--mode", "bwd", "--input-id", "2", "--num-inputs", "2"])
+    assert job.shapes == ((34839, 512, 1536), (35561, 512, 1536))
+    csv_file = tmp_path / "shapes.csv"
+    csv_file.write_text("M,N,K,Bias\n256,128,64,\n1000000,768,256,\n")
+    (job,) = shapes(["--op", "gemm", "--mode", "fwd", "--input", str(csv_file)])
+    assert job.shapes == ((256, 128, 64), (1000000, 768, 256))
+    (job,) = shapes(["--m", "64", "--n", "48", "--k", "32", "--op", "gemm", "--mode", "fwd"])
+    assert job.shapes == ((64, 48, 32),)
+    with pytest.raises(ValueError, match="--llama: a shape set of tritonbench's"):
+        shapes(["--op", "gemm", "--llama"])
+
+
+def test_format_csv_reads_back_as_the_same_rows():
+    rows = [
+        Row("(1, 2, 3)", "aten_matmul", {"latency": 0.5}),
+        Row("(1, 2, 3)", "helion_matmul_tritonbench", {"latency": 0.25, "accuracy": 1.0}),
+        Row("(4, 5, 6)", "aten_matmul", {"latency": 0.5}),
+        Row("(4, 5, 6)", "helion_matmul_tritonbench", {"latency": "Error: a; b", "accuracy": None}),
+    ]
+    assert parse_tritonbench_csv(format_csv("(M, N, K)", rows)) == ("(M, N, K)", rows)
