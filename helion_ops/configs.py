@@ -211,6 +211,8 @@ def aligned_product(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 _last_wave_rows: dict[tuple, int | None] = {}
+# Output elements of one wave of the model's smallest tiles (64x32) on an H100/H200's 132 SMs.
+SMALLEST_WAVE = 132 * 64 * 32
 
 
 def last_wave_rows(a: torch.Tensor, b: torch.Tensor) -> int | None:
@@ -218,6 +220,8 @@ def last_wave_rows(a: torch.Tensor, b: torch.Tensor) -> int | None:
     (the plain kernel). Only fp16 and bf16 products without a table entry, on a GPU with a
     model, where the model predicts splitting the last wave is faster (``Model.plan``);
     decided once per (shapes, strides, alignment, dtype, device)."""
+    if a.shape[0] * b.shape[1] < SMALLEST_WAVE:
+        return None  # less than one wave of the smallest tiles: no whole wave to keep
     key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, a.data_ptr() % 16)
     if key in _last_wave_rows:
         return _last_wave_rows[key]
