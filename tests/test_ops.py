@@ -288,8 +288,6 @@ def test_full_bias_grad_is_copied_only_to_scale_it(beta):
 def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
     """The last wave split over K: rows [0, rows) in the plain loop with the epilogue, the
     others as fp32 partial sums finished after; forward and both grads, as the GPU takes it."""
-    from helion_ops import kernel
-
     monkeypatch.setattr(kernel, "last_wave_rows", lambda a, b: rows if a.shape[0] > rows else None)
     a = make((70, 90), dtype_mode, transposed=layout[0] == "c")
     b = make((90, 29), dtype_mode, transposed=layout[1] == "c")
@@ -299,3 +297,39 @@ def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
     else:
         check_addmm(make(bias_shape, dtype_mode), a, b, alpha=1.5, beta=-0.5)
     assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
+
+
+@pytest.mark.parametrize("layout", ["rr", "cr", "rc"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_last_wave_kernel_with_tensor_descriptors(layout, with_bias):
+    """The config shape the GPU runs (``configs.last_wave_config``: flat programs, tensor
+    descriptors), here in the interpreter, fp16: the rows in whole waves with the epilogue,
+    the tail through the fp32 buffer and the finishing pass."""
+    import helion
+
+    m, n, k, rows = 200, 96, 160, 128
+    a = make((m, k), torch.float16, transposed=layout[0] == "c").detach()
+    b = make((k, n), torch.float16, transposed=layout[1] == "c").detach()
+    bias = make((n,), torch.float16).detach().expand(m, n)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device=DEVICE)
+    partial = torch.zeros(m - rows, n, device=DEVICE)
+    epilogue = kernel.scaled_plus_bias(1.5, -0.5, bias) if with_bias else kernel.scaled(1.5)
+    args = (a[:rows], a[rows:], b, out[:rows], partial, epilogue)
+    config = helion.Config(
+        block_sizes=[64, 32, 32, 64, 32, 32],
+        num_warps=4,
+        num_stages=2,
+        pid_type="flat",
+        indexing="tensor_descriptor",
+        l2_groupings=[8, 1],
+        range_unroll_factors=[0] * 4,
+        range_num_stages=[0] * 4,
+        split_k=4,
+    )
+    bound = kernel.last_wave_kernel.bind(args)
+    assert "tensor_descriptor" in bound.to_triton_code(config)
+    bound.compile_config(config)(*args)
+    kernel._finish_split_k(partial, bias[rows:] if with_bias else None, 1.5, -0.5, out[rows:])
+    want = 1.5 * (a.double() @ b.double()) + (-0.5 * bias.double() if with_bias else 0.0)
+    same_dtype = torch.addmm(bias, a, b, alpha=1.5, beta=-0.5) if with_bias else 1.5 * (a @ b)
+    assert_matches(f"last wave {layout}", out, same_dtype, want)
