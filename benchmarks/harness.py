@@ -193,8 +193,13 @@ def latency_ms(step: Callable[[], None], cuda: bool, cudagraph: bool) -> float:
     if cuda:
         import triton.testing
 
-        bench = triton.testing.do_bench_cudagraph if cudagraph else triton.testing.do_bench
-        return float(bench(step, return_mode="median"))
+        if not cudagraph:
+            return float(triton.testing.do_bench(step, return_mode="median"))
+        # On a stream of its own, as tritonbench's do_bench wrapper captures: a capture must
+        # not start from the legacy default stream (seen on the H200: the first capture of a
+        # backward failed, and torch's generator then refused every later random draw).
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return float(triton.testing.do_bench_cudagraph(step, return_mode="median"))
     step()
     times = []
     for _ in range(3):
