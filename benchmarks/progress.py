@@ -66,8 +66,12 @@ def output_to(log: Path) -> Iterator[None]:
         saved = [os.dup(1), os.dup(2)]
         os.dup2(file.fileno(), 1)
         os.dup2(file.fileno(), 2)
+        # Python-level writes go to the process's own streams, which write to the
+        # descriptors above: a logging handler made in here (tritonbench's) keeps a stream
+        # that outlives this block, where ``file`` would be closed by the next call.
+        out, err = sys.__stdout__ or file, sys.__stderr__ or file
         try:
-            with contextlib.redirect_stdout(file), contextlib.redirect_stderr(file):
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 yield
         finally:
             for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):

@@ -785,3 +785,23 @@ def test_json_reads_back_and_shards_merge(tmp_path):
     assert (back.job.name, back.precision, len(back.rows)) == ("gemm_bwd", "bf16", 4)
     (merged,) = main_module.merge_shards([back, back])
     assert len(merged.rows) == 8
+
+
+def test_output_to_leaves_handlers_made_inside_it_working(tmp_path):
+    """tritonbench makes its logging handler during the first call, inside the redirect;
+    later calls must still log (a handler holding the first call's closed file lost them)."""
+    import logging
+
+    log = tmp_path / "run.log"
+    logger = logging.getLogger("helion_ops_test_output_to")
+    with output_to(log):
+        handler = logging.StreamHandler()  # takes sys.stderr as it is in here
+        logger.addHandler(handler)
+        logger.warning("first call")
+    try:
+        with output_to(log):
+            logger.warning("second call")
+    finally:
+        logger.removeHandler(handler)
+    text = log.read_text()
+    assert "first call" in text and "second call" in text and "Logging error" not in text
