@@ -36,6 +36,17 @@ def per_call_us(fn, calls: int = 2000, repeats: int = 7) -> float:
     return statistics.median(samples)
 
 
+def fwd_bwd(fn, grad_out: torch.Tensor, *inputs: torch.Tensor):
+    """One forward and backward of ``fn`` on leaf ``inputs``, their grads reset each call."""
+
+    def run():
+        for t in inputs:
+            t.grad = None
+        fn(*inputs).backward(grad_out)
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=256)
@@ -46,27 +57,17 @@ def main() -> None:
     a, b, bias, g = (
         torch.randn(shape, device="cuda", dtype=dtype) for shape in ((s, s), (s, s), (s,), (s, s))
     )
-    leaves = [t.clone().requires_grad_() for t in (a, b, bias)]
-
-    def fwd_bwd(fn, *inputs):
-        def run():
-            for t in inputs:
-                t.grad = None
-            fn(*inputs).backward(g)
-
-        return run
-
-    la, lb, lbias = leaves
+    la, lb, lbias = (t.clone().requires_grad_() for t in (a, b, bias))
     rows = {
         "torch.mm": per_call_us(lambda: torch.mm(a, b)),
         "helion_ops.matmul": per_call_us(lambda: helion_ops.matmul(a, b)),
         "torch.addmm": per_call_us(lambda: torch.addmm(bias, a, b)),
         "helion_ops.addmm": per_call_us(lambda: helion_ops.addmm(bias, a, b)),
         "launch_mm (no checks, no autograd)": per_call_us(lambda: launch_mm(a, b)),
-        "torch.mm fwd+bwd": per_call_us(fwd_bwd(torch.mm, la, lb), calls=500),
-        "helion_ops.matmul fwd+bwd": per_call_us(fwd_bwd(helion_ops.matmul, la, lb), calls=500),
-        "torch.addmm fwd+bwd": per_call_us(fwd_bwd(torch.addmm, lbias, la, lb), calls=500),
-        "helion_ops.addmm fwd+bwd": per_call_us(fwd_bwd(helion_ops.addmm, lbias, la, lb), 500),
+        "torch.mm fwd+bwd": per_call_us(fwd_bwd(torch.mm, g, la, lb), calls=500),
+        "helion_ops.matmul fwd+bwd": per_call_us(fwd_bwd(helion_ops.matmul, g, la, lb), 500),
+        "torch.addmm fwd+bwd": per_call_us(fwd_bwd(torch.addmm, g, lbias, la, lb), calls=500),
+        "helion_ops.addmm fwd+bwd": per_call_us(fwd_bwd(helion_ops.addmm, g, lbias, la, lb), 500),
     }
     ratios = {
         "matmul / torch.mm": rows["helion_ops.matmul"] / rows["torch.mm"],

@@ -25,6 +25,7 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
 import helion_ops
+from benchmarks.host_overhead import fwd_bwd
 from helion_ops import checks, kernel
 
 
@@ -68,22 +69,14 @@ def main() -> None:
     bias = torch.randn(s, dtype=dtype)
     la, lb, lbias = (t.clone().requires_grad_() for t in (a, b, bias))
 
-    def fwd_bwd(fn, *inputs):
-        def run():
-            for t in inputs:
-                t.grad = None
-            fn(*inputs).backward(g)
-
-        return run
-
     rows = {
         "launch_mm": lambda: kernel.launch_mm(a, b),
         "matmul (no grad)": lambda: helion_ops.matmul(a, b),
         "addmm (no grad)": lambda: helion_ops.addmm(bias, a, b),
         "matmul (grad)": lambda: helion_ops.matmul(la, lb),
         "addmm (grad)": lambda: helion_ops.addmm(lbias, la, lb),
-        "matmul fwd+bwd": fwd_bwd(helion_ops.matmul, la, lb),
-        "addmm fwd+bwd": fwd_bwd(helion_ops.addmm, lbias, la, lb),
+        "matmul fwd+bwd": fwd_bwd(helion_ops.matmul, g, la, lb),
+        "addmm fwd+bwd": fwd_bwd(helion_ops.addmm, g, lbias, la, lb),
     }
     for name, fn in rows.items():
         print(f"{name:22s} {per_call_us(fn, 2000 if 'bwd' in name else 20000):8.2f} us")
