@@ -21,7 +21,9 @@ factor for them: the geometric mean of measured over predicted time on the unali
 training shapes. ``python -m helion_ops.model`` does the fit and reports how well the choice
 holds on shapes left out of it.
 
-The choice: the candidate of least predicted time.
+The choice (``Model.plan``): the candidate of least predicted time, or, where a product's
+last wave of tiles leaves SMs idle and splitting it over K in the same launch is predicted
+faster by ``LAST_WAVE_GAIN`` (``last_wave``), that split.
 """
 
 from __future__ import annotations
