@@ -38,7 +38,7 @@ from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
 from helion_ops.candidates import split_config
-from helion_ops.model import shipped_model, tail_split
+from helion_ops.model import k_block, shipped_model, tail_split
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -274,7 +274,7 @@ def last_wave_config(
         l2_groupings=[8 if indexing == "tensor_descriptor" else 1, 1],
         range_unroll_factors=[0] * 4,
         range_num_stages=[0] * 4,
-        split_k=1 << (math.ceil(k / block) - 1).bit_length(),
+        split_k=helion.next_power_of_2(helion.cdiv(k, block)),  # k_block(k, split) == block
     )
 
 
@@ -306,7 +306,7 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     their tuned split (8 and 64), and 16 at 512x512 (tuned: 8 with 128x128 tiles)."""
 
     def cost(split: int) -> tuple[int, int]:
-        block = 1 << (math.ceil(k / split) - 1).bit_length()
+        block = k_block(k, split)
         programs = tiles * math.ceil(k / block)
         steps = math.ceil(min(block, k) / 64)
         return math.ceil(programs / sms) * (steps + ATOMIC_STEPS), split

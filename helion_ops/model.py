@@ -100,10 +100,16 @@ def last_wave(
     )
 
 
+def k_block(k: int, split: int) -> int:
+    """The K block of the split-K loops (``_matmul_split_k``, ``_matmul_last_wave``) for a
+    ``split_k`` of ``split``, computed as they compute it."""
+    return helion.next_power_of_2(helion.cdiv(k, split))
+
+
 def tail_split(tiles: int, k: int, sms: int) -> tuple[int, int]:
     """(K block, pieces) for ``tiles`` output tiles: the smallest power-of-two K block (the
     split-K loop's) whose pieces of every tile still fit on the SMs in one round."""
-    block = 1 << max(0, (k - 1).bit_length())
+    block = k_block(k, 1)
     while block > 64 and tiles * math.ceil(k / (block // 2)) <= sms:
         block //= 2
     return block, math.ceil(k / block)
