@@ -220,21 +220,22 @@ def last_wave_rows(a: torch.Tensor, b: torch.Tensor) -> int | None:
     (the plain kernel). Only fp16 and bf16 products without a table entry, on a GPU with a
     model, where the model predicts splitting the last wave is faster (``Model.plan``);
     decided once per (shapes, strides, alignment, dtype, device)."""
-    if a.shape[0] * b.shape[1] < SMALLEST_WAVE:
-        return None  # less than one wave of the smallest tiles: no whole wave to keep
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, a.data_ptr() % 16)
+    if not a.is_cuda or a.dtype == torch.float32 or a.shape[0] * b.shape[1] < SMALLEST_WAVE:
+        # fp32 and the CPU never split; below one wave of the smallest tiles nothing to keep.
+        return None
+    alignment = (a.data_ptr() % 16, b.data_ptr() % 16)
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, alignment)
     if key in _last_wave_rows:
         return _last_wave_rows[key]
     rows = None
-    if a.is_cuda and a.dtype != torch.float32:
-        arch = gpu_arch(a.device)
-        model = shipped_model(arch)
-        table_key = config_key(a, b)
-        if model is not None and table_config(tuned_table(arch), table_key, "plain") is None:
-            m, n, k = product_mnk(a, b)
-            plan = model.plan(m, n, k, table_key[4], aligned_product(a, b), sm_count(a.device))
-            if plan is not None and plan[1] < m:
-                rows = plan[1]
+    arch = gpu_arch(a.device)
+    model = shipped_model(arch)
+    table_key = config_key(a, b)
+    if model is not None and table_config(tuned_table(arch), table_key, "plain") is None:
+        m, n, k = product_mnk(a, b)
+        plan = model.plan(m, n, k, table_key[4], aligned_product(a, b), sm_count(a.device))
+        if plan is not None and plan[1] < m:
+            rows = plan[1]
     _last_wave_rows[key] = rows
     return rows
 
