@@ -19,17 +19,13 @@ import sys
 from pathlib import Path
 
 from benchmarks.main import main as run_bench
+from helion_ops.warmup import read_shapes
 
 VALIDATION_CSV = Path(__file__).parent / "shapes" / "validation.csv"
 BACKENDS = {
     "gemm": ("aten_matmul", "helion_matmul_tritonbench"),
     "addmm": ("aten_addmm", "helion_addmm_tritonbench"),
 }
-
-
-def read_shapes(path: Path) -> list[tuple[int, int, int]]:
-    with path.open() as f:
-        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
 
 
 def run(op: str, precision: str, modes: str, shapes_csv: Path, out: Path, extra: list[str]) -> int:
