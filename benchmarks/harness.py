@@ -226,7 +226,9 @@ def run_call(argv: Sequence[str]) -> list[Row]:
     inputs = make_inputs(
         args.op, shape, DTYPES[args.precision], device, args.layout, args.mode != "fwd_no_grad"
     )
-    expected, _ = results_and_step(fns[baseline], inputs, args.mode)
+    # The step is dropped at once: a graph kept alive through it would keep the inputs' grad
+    # accumulators, and with them the stream of this forward, for every later backward.
+    expected = results_and_step(fns[baseline], inputs, args.mode, args.cudagraph)[0]
     flops = 2 * args.m * args.n * args.k + (args.m * args.n if args.op == "addmm" else 0)
     rows, baseline_ms = [], None
     for name in args.only.split(","):

@@ -73,7 +73,9 @@ def fix_native_backward(operator_cls: type) -> None:
     backend scores 0. Each grad-requiring input becomes a leaf with the same values and strides
     (logged once). The forward on a side stream under ``--cudagraph``: NEW's ``get_bwd_fn`` runs
     it on the legacy default stream, and the capture of the timed backward then fails for every
-    backend (cudaErrorStreamCaptureImplicit), as OLD's did before ``forward_stream``.
+    backend (cudaErrorStreamCaptureImplicit), as OLD's did before ``forward_stream``. NEW runs
+    the forward in get_bwd_fn or in the first call of its bwd_fn, as versions differ: both run
+    on the side stream, and so does every backward (a capture joins it and returns).
     Applied once per class.
 
     Args:
@@ -98,8 +100,19 @@ def fix_native_backward(operator_cls: type) -> None:
             yield leaves
 
     def get_bwd_fn(self: Any, fwd_fn: Callable[[], Any]) -> Callable[[], Any]:
-        with _stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False)):
-            return original_bwd_fn(self, fwd_fn)
+        use_cuda_graphs = getattr(self, "use_cuda_graphs", False)
+        with _stream_a_graph_capture_can_join(use_cuda_graphs):
+            bwd_fn = original_bwd_fn(self, fwd_fn)
+        if not use_cuda_graphs:
+            return bwd_fn
+
+        def bwd_fn_on_the_side_stream() -> Any:
+            # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
+            # legacy default stream), not in get_bwd_fn: every call goes to the side stream.
+            with _stream_a_graph_capture_can_join(True):
+                return bwd_fn()
+
+        return bwd_fn_on_the_side_stream
 
     operator_cls.get_input_iter = get_input_iter
     operator_cls.get_bwd_fn = get_bwd_fn

@@ -480,6 +480,41 @@ def test_new_forward_runs_on_the_side_stream_under_cuda_graphs(new_operator):
     assert w.grad is not None  # the gradient of the formerly non-leaf w now exists
 
 
+class FakeLazyNewOperator(FakeNewOperator):
+    """NEW's get_bwd_fn as of the copy in shared/: the forward runs in bwd_fn's first call
+    (tritonbench's accuracy check, on the legacy default stream), then every call reuses it."""
+
+    def get_bwd_fn(self, fwd_fn):
+        state = {}
+
+        def bwd_fn():
+            if not state:
+                self.forward_ran_in = list(STREAM_CONTEXTS)
+                state["y"] = fwd_fn()
+            self.backward_ran_in = list(STREAM_CONTEXTS)
+            state["y"].backward(torch.ones_like(state["y"]), retain_graph=True)
+
+        return bwd_fn
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_new_lazy_forward_and_every_backward_run_on_the_side_stream(new_operator, graphs):
+    class Operator(FakeLazyNewOperator, new_operator):
+        pass
+
+    tritonbench_bwd.fix_native_backward(Operator)
+    op = Operator()
+    op.use_cuda_graphs = graphs
+    a, w, _, _ = next(op.get_input_iter())
+    bwd_fn = op.get_bwd_fn(lambda: a @ w)
+    assert not hasattr(op, "forward_ran_in")  # nothing ran yet: the forward is lazy
+    bwd_fn()
+    assert op.forward_ran_in == op.backward_ran_in == ([True] if graphs else [])
+    bwd_fn()  # a timed call: the backward again, on the same stream
+    assert op.backward_ran_in == ([True] if graphs else [])
+    torch.testing.assert_close(w.grad, 2 * a.detach().T @ torch.ones(6, 5))  # two calls
+
+
 def test_new_fixes_apply_once(new_operator):
     iter_once, bwd_once = new_operator.get_input_iter, new_operator.get_bwd_fn
     tritonbench_bwd.add_backward_support(new_operator)
