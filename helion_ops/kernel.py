@@ -230,20 +230,29 @@ class LaunchPlan:
         constants: tuple[Any, ...],
         sources: tuple[int, ...],
         returns_tuple: bool,
+        first: torch.Tensor,
     ) -> None:
         self.launcher, self.triton_kernel = launcher, triton_kernel
         self.grid, self.options = grid, options
         self.epilogues, self.outputs, self.constants = epilogues, outputs, constants
         self.allocate = torch.zeros if zeroed else torch.empty
+        # One output of the first operand's dtype and device (every plain product): the
+        # operand's new_empty, which skips torch.empty's keyword parsing.
+        self.like_first = (
+            not zeroed and len(outputs) == 1 and outputs[0][1:] == (first.dtype, first.device)
+        )
         self.pick = operator.itemgetter(*sources)
         self.returns_tuple = returns_tuple
         self.compiled: CompiledKernel | None = None
 
     def __call__(self, *args: Any) -> Any:
-        allocate = self.allocate
-        outs = [
-            allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
-        ]
+        if self.like_first:
+            outs = [args[0].new_empty(self.outputs[0][0])]
+        else:
+            allocate = self.allocate
+            outs = [
+                allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
+            ]
         captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
         launch_args = self.pick((*args, *captured, *outs, *self.constants))
         compiled = self.compiled or self._find_compiled()
@@ -349,6 +358,7 @@ def plan_for(
         tuple(constants),
         tuple(sources),
         isinstance(result, tuple),
+        args[0],
     )
 
 
@@ -370,9 +380,23 @@ _compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _allocator_set = contextvars.ContextVar("helion_ops_allocator_set", default=False)
 
 
+# The eager fast path: operands seen before go straight to their specialization's plan, one
+# look-up keyed by what decides every branch of the launchers (sizes, strides, 16-byte
+# alignment, dtype, device), where the product runs the plain or pair kernel in fp16 or bf16
+# (fp32's kernel also depends on torch's TF32 flag; split-K and last-wave products do more
+# than one launch). Filled by ``_run``; one dict per launcher, as their keys differ.
+_fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
+_fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
+_fast_pair: dict[tuple[Any, ...], LaunchPlan] = {}
+FAST_DTYPES = (torch.float16, torch.bfloat16)
+
+
 def reset() -> None:
     """Forget every compiled specialization (after changing a kernel's settings)."""
     _compiled.clear()
+    _fast_mm.clear()
+    _fast_addmm.clear()
+    _fast_pair.clear()
     for kernel in KERNELS:
         kernel.reset()
 
@@ -394,25 +418,35 @@ def specialization_key(
 
 
 def _run(
-    kernel: helion.Kernel, args: tuple[Any, ...], captured: tuple[torch.Tensor, ...] = ()
+    kernel: helion.Kernel,
+    args: tuple[Any, ...],
+    captured: tuple[torch.Tensor, ...] = (),
+    fast: tuple[dict[tuple[Any, ...], LaunchPlan], tuple[Any, ...]] | None = None,
 ) -> Any:
     """``kernel(*args)`` through the launch plan (or compiled function) of its specialization.
 
-    ``args``: the operands and epilogues; ``captured``: the tensors the epilogues capture.
+    ``args``: the operands and epilogues; ``captured``: the tensors the epilogues capture;
+    ``fast``: a fast-path dict and the caller's key in it, given the specialization's plan.
     """
     if kernel.settings.ref_mode is not RefMode.OFF:
         return kernel(*args)
     key = specialization_key(kernel, args, captured)
     # Kernels with tensor descriptors need Triton's scratch allocator, a thread-local setting
     # that Helion's generated module sets once, in the thread that first compiled it: a
-    # kernel compiled in autograd's backward thread would fail in the caller's thread.
+    # kernel compiled in autograd's backward thread would fail in the caller's thread. (The
+    # fast paths run only where this thread has it.)
     if not _allocator_set.get():
         set_triton_allocator()
         _allocator_set.set(True)
     compiled = _compiled.get(key)
     if compiled is None:
-        return _compile_and_run(kernel, args, key)
-    return compiled(*args)
+        out = _compile_and_run(kernel, args, key)
+    else:
+        out = compiled(*args)
+    if fast is not None and isinstance(_compiled[key], LaunchPlan):
+        plans, fast_key = fast
+        plans[fast_key] = _compiled[key]
+    return out
 
 
 def _compile_and_run(
@@ -488,11 +522,21 @@ def launch_mm_pair(
     All four operands share a dtype and device; any may be a transposed view. The first
     product's tiles start first: put the one with the longer K there.
     """
+    fast_key = (
+        a1.shape, b1.shape, a2.shape, b2.shape, a1.stride(), b1.stride(), a2.stride(),
+        b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
+        a2.data_ptr() % 16, b2.data_ptr() % 16,
+    )  # fmt: skip
+    plan = _fast_pair.get(fast_key)
+    if plan is not None and alpha != 0 and _allocator_set.get():
+        return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
     operands = (a1, b1, a2, b2)
     if alpha != 0 and (
         wants_pair(product_mnk(a1, b1), product_mnk(a2, b2)) or tuned_pair(*operands)
     ):
-        return _run(_kernel_for(a1.dtype, pair=True), (*operands, scaled(alpha), scaled(alpha)))
+        kernel = _kernel_for(a1.dtype, pair=True)
+        fast = (_fast_pair, fast_key) if a1.dtype in FAST_DTYPES else None
+        return _run(kernel, (*operands, scaled(alpha), scaled(alpha)), fast=fast)
     return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
 
 
@@ -507,7 +551,14 @@ def launch_mm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Ten
     Returns:
         A new [m, n] tensor of a's dtype.
     """
-    return launch_addmm(None, a, b, alpha, 0.0)
+    fast_key = (
+        a.shape, b.shape, a.stride(), b.stride(), a.dtype, a.device, a.data_ptr() % 16,
+        b.data_ptr() % 16,
+    )  # fmt: skip
+    plan = _fast_mm.get(fast_key)
+    if plan is not None and alpha != 0 and _allocator_set.get():
+        return plan(a, b, scaled(alpha))
+    return launch_addmm(None, a, b, alpha, 0.0, fast_key)
 
 
 def launch_addmm(
@@ -516,6 +567,7 @@ def launch_addmm(
     b: torch.Tensor,
     alpha: float = 1.0,
     beta: float = 1.0,
+    mm_key: tuple[Any, ...] | None = None,
 ) -> torch.Tensor:
     """``beta * bias + alpha * (a @ b)`` with both scalings fused into the kernel's epilogue.
 
@@ -528,10 +580,22 @@ def launch_addmm(
         b: [k, n] tensor.
         alpha: scale of the product.
         beta: scale of the bias.
+        mm_key: ``launch_mm``'s fast-path key of a and b, where it calls without a bias.
 
     Returns:
         A new [m, n] tensor of a's dtype.
     """
+    fast_key = None
+    if bias is not None and beta != 0 and alpha != 0:
+        fast_key = (
+            a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
+            bias.dtype, a.device, bias.device, a.data_ptr() % 16, b.data_ptr() % 16,
+            bias.data_ptr() % 16,
+        )  # fmt: skip
+        plan = _fast_addmm.get(fast_key)
+        if plan is not None and _allocator_set.get():
+            bias_mn = bias.expand(a.shape[0], b.shape[1])
+            return plan(a, b, scaled_plus_bias(alpha, beta, bias_mn))
     m, k = a.shape
     n = b.shape[1]
     if bias is None or beta == 0:
@@ -557,10 +621,13 @@ def launch_addmm(
     if rows is not None:
         return launch_last_wave(bias, a, b, alpha, beta, rows)
     kernel = _kernel_for(a.dtype)
+    fast_dtype = a.dtype in FAST_DTYPES
     if bias is None:
-        return _run(kernel, (a, b, scaled(alpha)))
+        fast = (_fast_mm, mm_key) if fast_dtype and mm_key is not None else None
+        return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
-    return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,))
+    fast = (_fast_addmm, fast_key) if fast_dtype and fast_key is not None else None
+    return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
 
 
 def launch_last_wave(

@@ -216,7 +216,9 @@ def test_backward_runs_both_products_in_one_launch_on_transposed_views(m, n, mon
 
     launched, seen = [], []
     real_run, real_pair = kernel._run, ops.launch_mm_pair
-    monkeypatch.setattr(kernel, "_run", lambda k, *args: launched.append(k) or real_run(k, *args))
+    monkeypatch.setattr(
+        kernel, "_run", lambda k, *args, **kw: launched.append(k) or real_run(k, *args, **kw)
+    )
     monkeypatch.setattr(ops, "launch_mm_pair", lambda *args: seen.append(args) or real_pair(*args))
     a, b = make((m, 50), torch.float32), make((50, n), torch.float32)
     out = helion_ops.matmul(a, b)

@@ -72,18 +72,23 @@ def transposed(a: torch.Tensor) -> torch.Tensor:
 
 
 CHANGES = {
-    "dtype": lambda a, b: (a.half(), b.half()),
+    "dtype": lambda a, b: (a.float(), b.float()) if a.dtype == torch.half else (a.half(), b.half()),
     "stride of a": lambda a, b: (transposed(a), b),
     "stride of b": lambda a, b: (a, transposed(b)),
-    "alignment of a": lambda a, b: (at_offset(a.shape, 1).copy_(a), b),
-    "alignment of b": lambda a, b: (a, at_offset(b.shape, 3).copy_(b)),
+    "alignment of a": lambda a, b: (at_offset(a.shape, 1, a.dtype).copy_(a), b),
+    "alignment of b": lambda a, b: (a, at_offset(b.shape, 3, b.dtype).copy_(b)),
     "size": lambda a, b: (torch.cat([a, a[:8]]), b),
 }
 
 
+# fp16 takes the launchers' fast path (one look-up per call), fp32 the specialization key.
+dtypes = pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+
+
+@dtypes
 @pytest.mark.parametrize("change", CHANGES)
-def test_a_changed_layout_never_reuses_a_plan(change):
-    a, b = rand(40, 32), rand(32, 24)
+def test_a_changed_layout_never_reuses_a_plan(change, dtype):
+    a, b = rand(40, 32, dtype=dtype), rand(32, 24, dtype=dtype)
     check_mm("first", a, b)
     changed = CHANGES[change](a, b)
     check_mm(f"after a change of {change}", *changed)
@@ -92,20 +97,57 @@ def test_a_changed_layout_never_reuses_a_plan(change):
     assert len(plans()) == 2
 
 
+@dtypes
 @pytest.mark.parametrize("change", ["stride", "alignment", "shape"])
-def test_a_changed_bias_never_reuses_a_plan(change):
-    a, b = rand(40, 32), rand(32, 24)
-    first = rand(24)
+def test_a_changed_bias_never_reuses_a_plan(change, dtype):
+    a, b = rand(40, 32, dtype=dtype), rand(32, 24, dtype=dtype)
+    first = rand(24, dtype=dtype)
     bias = {
-        "stride": rand(40, 1),  # expands to the same [40, 24], strides (1, 0) not (0, 1)
-        "alignment": at_offset((1, 24), 1)[0],
-        "shape": rand(40, 24),
+        "stride": rand(40, 1, dtype=dtype),  # expands to [40, 24] with strides (1, 0)
+        "alignment": at_offset((1, 24), 1, dtype)[0],
+        "shape": rand(40, 24, dtype=dtype),
     }[change]
-    for name, b1 in (("first bias", first), (f"bias of another {change}", bias)):
+    for name, b1 in (("first bias", first), (f"bias of another {change}", bias)) * 2:
         out = launch_addmm(b1, a, b, 1.0, 1.0)
         want = torch.addmm(b1.double(), a.double(), b.double())
         assert_matches(name, out, torch.addmm(b1, a, b), want)
     assert len(plans()) == 2
+
+
+def test_the_fast_path_serves_repeated_calls_with_this_calls_values(monkeypatch):
+    a, b, bias, g = rand(40, 32), rand(32, 24), rand(24), rand(40, 24)
+    a, b, bias, g = (t.half() for t in (a, b, bias, g))
+    launch_mm(a, b)
+    launch_addmm(bias, a, b, 1.0, 1.0)
+    launch_mm_pair(g, b.T, a.T, g, 1.0)
+    assert (len(kernel._fast_mm), len(kernel._fast_addmm), len(kernel._fast_pair)) == (1, 1, 1)
+
+    def no_slow_path(*args, **kwargs):
+        raise AssertionError("a repeated call left the fast path")
+
+    monkeypatch.setattr(kernel, "_run", no_slow_path)
+    a2, b2, bias2, g2 = (torch.randn_like(t) for t in (a, b, bias, g))
+    check_mm("mm, fast", a2, b2, -2.5)
+    out = launch_addmm(bias2, a2, b2, 0.5, 3.0)
+    want = torch.addmm(bias2.double(), a2.double(), b2.double(), beta=3.0, alpha=0.5)
+    assert_matches("addmm, fast", out, torch.addmm(bias2, a2, b2, beta=3.0, alpha=0.5), want)
+    one, two = launch_mm_pair(g2, b2.T, a2.T, g2, 2.0)
+    assert_matches("pair, first", one, 2 * g2 @ b2.T, 2 * g2.double() @ b2.T.double())
+    assert_matches("pair, second", two, 2 * a2.T @ g2, 2 * a2.T.double() @ g2.double())
+
+
+def test_the_fast_path_keeps_torchs_zero_scales():
+    """alpha == 0 never reads the product and beta == 0 never reads the bias (NaN included),
+    also for operands whose plain launch is on the fast path."""
+    a, b, bias = rand(40, 32).half(), rand(32, 24).half(), rand(24).half()
+    launch_mm(a, b)
+    launch_addmm(bias, a, b, 1.0, 1.0)
+    nan_a, nan_bias = torch.full_like(a, float("nan")), torch.full_like(bias, float("nan"))
+    assert torch.equal(launch_mm(nan_a, b, 0.0), torch.zeros(40, 24, dtype=a.dtype))
+    out = launch_addmm(nan_bias, a, b, 1.0, 0.0)
+    assert_matches("beta 0", out, a @ b, a.double() @ b.double())
+    out = launch_addmm(bias, nan_a, b, 0.0, 2.0)
+    assert torch.equal(out, (2 * bias.float()).half().expand(40, 24))
 
 
 def test_the_key_holds_the_device():
