@@ -28,16 +28,22 @@ BACKENDS = {
 }
 
 
-def run(op: str, precision: str, modes: str, shapes_csv: Path, out: Path, extra: list[str]) -> int:
+def run(
+    op: str, precision: str, modes: str, shapes: list[tuple[int, int, int]], out: Path,
+    extra: list[str],
+) -> int:  # fmt: skip
     """The run_bench.py calls of one op and dtype, each into a folder of its own under out;
     the worst exit status."""
     common = ["--precision", precision, "--mode", modes, "--only", ",".join(BACKENDS[op])]
     if op == "gemm":
-        shapes = ["--layout", "tt", "--input", str(shapes_csv.resolve())]
+        out.mkdir(parents=True, exist_ok=True)
+        shapes_csv = out / "gemm_shapes.csv"  # tritonbench's --input format
+        shapes_csv.write_text("M,N,K,Bias\n" + "".join(f"{m},{n},{k},\n" for m, n, k in shapes))
+        argv = ["--layout", "tt", "--input", str(shapes_csv.resolve())]
         folder = out / f"gemm_{precision}"
-        return run_bench(["--op", "gemm", *shapes, *common, "--output-dir", str(folder), *extra])
+        return run_bench(["--op", "gemm", *argv, *common, "--output-dir", str(folder), *extra])
     status = 0
-    for m, n, k in read_shapes(shapes_csv):
+    for m, n, k in shapes:
         sizes = ["--m", str(m), "--k", str(k), "--n", str(n)]
         folder = out / f"addmm_{precision}" / f"{m}x{n}x{k}"
         argv = ["--op", "addmm", *sizes, *common, "--output-dir", str(folder), *extra]
@@ -108,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="bf16,fp16")
     parser.add_argument("--mode", default="fwd,bwd")
     parser.add_argument("--shapes", type=Path, default=VALIDATION_CSV)
+    parser.add_argument(
+        "--max-dim", type=int, help="only the shapes whose M, N and K are all at most this"
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("validation_results"))
     parser.add_argument(
         "--summarize-only", action="store_true", help="only read the JSON already in the folder"
@@ -115,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     out = args.output_dir
     status = 0
+    shapes = [s for s in read_shapes(args.shapes) if not args.max_dim or max(s) <= args.max_dim]
     if not args.summarize_only:
         for precision in args.precision.split(","):
             for op in args.op.split(","):
-                status = max(status, run(op, precision, args.mode, args.shapes, out, extra))
+                status = max(status, run(op, precision, args.mode, shapes, out, extra))
     rows = collect(out)
     with (out / "validation.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["op"])
