@@ -152,12 +152,15 @@ def results_and_step(fn, inputs, mode: str, cudagraph: bool = False):
     compared = {"output": y.detach().clone()} if mode != "bwd" else {}
     if dy is not None:
         compared |= {f"grad {i}": t.grad.clone() for i, t in enumerate(inputs)}
+    # Only bwd's step keeps this graph (and with it the inputs' grad accumulators on this
+    # forward's stream): fwd_bwd's captured forward must make accumulators of its own.
+    kept = y if mode == "bwd" else None
 
     def step() -> None:
         for t in inputs:
             t.grad = None
-        if mode == "bwd":
-            y.backward(dy, retain_graph=True)
+        if kept is not None:
+            kept.backward(dy, retain_graph=True)
         elif mode == "fwd_bwd":
             fn(*inputs).backward(dy)
         else:

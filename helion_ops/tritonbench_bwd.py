@@ -101,7 +101,7 @@ def fix_native_backward(operator_cls: type) -> None:
 
     def get_bwd_fn(self: Any, fwd_fn: Callable[[], Any]) -> Callable[[], Any]:
         use_cuda_graphs = getattr(self, "use_cuda_graphs", False)
-        with _stream_a_graph_capture_can_join(use_cuda_graphs):
+        with stream_a_graph_capture_can_join(use_cuda_graphs):
             bwd_fn = original_bwd_fn(self, fwd_fn)
         if not use_cuda_graphs:
             return bwd_fn
@@ -109,7 +109,7 @@ def fix_native_backward(operator_cls: type) -> None:
         def bwd_fn_on_the_side_stream() -> Any:
             # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
             # legacy default stream), not in get_bwd_fn: every call goes to the side stream.
-            with _stream_a_graph_capture_can_join(True):
+            with stream_a_graph_capture_can_join(True):
                 return bwd_fn()
 
         return bwd_fn_on_the_side_stream
@@ -164,7 +164,7 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         that require grad.
     """
     inputs = [x for x in self.example_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    with _stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False)):
+    with stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False)):
         y = fwd_fn()
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         # OLD tritonbench turns NotImplementedError into a "not supported" cell; anything
@@ -184,7 +184,7 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
 
 
 @contextlib.contextmanager
-def _stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
+def stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
     """With CUDA graphs, run the block (the forward) on the side stream of ``forward_stream``.
 
     Autograd runs each backward op on the stream its forward op ran on. Under ``--cudagraph``

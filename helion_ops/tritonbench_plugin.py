@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from helion_ops.autograd import addmm, matmul
-from helion_ops.tritonbench_bwd import add_backward_support
+from helion_ops.tritonbench_bwd import add_backward_support, stream_a_graph_capture_can_join
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,8 +42,8 @@ def helion_matmul_tritonbench(
         A zero-argument function computing the product, already compiled forward and backward.
     """
     if bias is None:
-        return _warmed_up(lambda: matmul(a, b), (a, b))
-    return _warmed_up(lambda: addmm(bias, a, b), (bias, a, b))
+        return _warmed_up(self, lambda: matmul(a, b), (a, b))
+    return _warmed_up(self, lambda: addmm(bias, a, b), (bias, a, b))
 
 
 def helion_addmm_tritonbench(
@@ -60,7 +60,7 @@ def helion_addmm_tritonbench(
     Returns:
         A zero-argument function computing addmm, already compiled forward and backward.
     """
-    return _warmed_up(lambda: addmm(bias, mat1, mat2), (bias, mat1, mat2))
+    return _warmed_up(self, lambda: addmm(bias, mat1, mat2), (bias, mat1, mat2))
 
 
 BACKENDS: dict[str, Callable[..., Callable[[], torch.Tensor]]] = {
@@ -70,16 +70,18 @@ BACKENDS: dict[str, Callable[..., Callable[[], torch.Tensor]]] = {
 
 
 def _warmed_up(
-    fn: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor]
+    operator: Any, fn: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor]
 ) -> Callable[[], torch.Tensor]:
     # The harness times fn right away: compile the forward now, and the backward's kernels
-    # too when there is a graph, then leave the inputs' grads as they were given.
-    out = fn()
-    if out.requires_grad:
-        # ones_like, not randn_like: the inputs of later shapes come from the same RNG.
-        out.backward(torch.ones_like(out))
-        for x in inputs:
-            x.grad = None
+    # too when there is a graph, then leave the inputs' grads as they were given. Under CUDA
+    # graphs on the backends' forward stream, where the inputs' grads accumulate.
+    with stream_a_graph_capture_can_join(getattr(operator, "use_cuda_graphs", False)):
+        out = fn()
+        if out.requires_grad:
+            # ones_like, not randn_like: the inputs of later shapes come from the same RNG.
+            out.backward(torch.ones_like(out))
+            for x in inputs:
+                x.grad = None
     return fn
 
 

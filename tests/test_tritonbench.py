@@ -445,7 +445,7 @@ def new_operator(monkeypatch):
         yield
         STREAM_CONTEXTS.pop()
 
-    monkeypatch.setattr(tritonbench_bwd, "_stream_a_graph_capture_can_join", side_stream)
+    monkeypatch.setattr(tritonbench_bwd, "stream_a_graph_capture_can_join", side_stream)
 
     class Operator(FakeNewOperator):
         pass
