@@ -269,7 +269,9 @@ class LaunchPlan:
             # Triton's own runner (launch hooks set, e.g. a profiler) or its JIT entry point
             # (the CPU interpreter, which compiles nothing).
             self.launcher(self.triton_kernel, self.grid, *launch_args, **self.options)
-        return tuple(outs) if self.returns_tuple else outs[0]
+        if self.returns_tuple:
+            return tuple(outs)
+        return outs[0] if outs else None
 
     def _find_compiled(self) -> CompiledKernel | None:
         """The kernel Triton compiled on the first launch; None in the interpreter."""
@@ -306,7 +308,8 @@ def plan_for(
     args: tuple[Any, ...],
 ) -> LaunchPlan | None:
     """The launch plan of ``host_function`` on ``args``, or None where it does more than one
-    launch into outputs it returns (then every call runs the host function)."""
+    launch, or makes tensors besides the outputs it returns (then every call runs the host
+    function)."""
     epilogues = tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
     slots, dry_args = [], list(args)
     for i in epilogues:
@@ -323,7 +326,8 @@ def plan_for(
         result = host_function(*dry_args, _launcher=recorder)
     except Exception:  # a host function that reads a captured value itself
         return None
-    outs = list(result) if isinstance(result, tuple) else [result]
+    # A tuple of outputs, one output, or none (a kernel that writes into its arguments).
+    outs = list(result) if isinstance(result, tuple) else [] if result is None else [result]
     if len(recorder.launches) != 1 or not all(
         isinstance(o, torch.Tensor) and o.is_contiguous() for o in outs
     ):

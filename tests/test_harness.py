@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from conftest import HAS_CUDA
 
 from benchmarks import harness
 from benchmarks import main as main_module
@@ -14,6 +15,9 @@ from benchmarks.cli import parse_args
 from benchmarks.results import Row, format_csv, parse_tritonbench_csv
 from benchmarks.suite import BACKENDS, plan_jobs
 from benchmarks.tritonbench_runner import INSTALL_COMMAND
+
+# The harness on CPU tensors in Triton's interpreter; tests/test_cuda.py runs it on the GPU.
+pytestmark = pytest.mark.skipif(HAS_CUDA, reason="CPU interpreter tests")
 
 
 @pytest.fixture

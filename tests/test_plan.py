@@ -60,11 +60,17 @@ def test_every_kernel_gets_a_plan():
     long_k = rand(16, 2048), rand(2048, 16)
     assert kernel.wants_split_k(16, 16, 2048)
     check_mm("split-K", *long_k)
-    assert len(plans()) == 4 and all(isinstance(p, LaunchPlan) for p in plans())
+    # The last-wave kernel writes into its arguments and returns nothing.
+    for alpha, beta in ((1.0, 1.0), (-2.0, 0.5)):  # the second call through the plan
+        out = kernel.launch_last_wave(bias, a, b, alpha, beta, rows=16)
+        want = torch.addmm(bias.double(), a.double(), b.double(), beta=beta, alpha=alpha)
+        theirs = torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        assert_matches(f"last wave, alpha {alpha}", out, theirs, want)
+    assert len(plans()) == 5 and all(isinstance(p, LaunchPlan) for p in plans())
     # The second call of each goes through its plan, split-K's zeroed output included.
     check_mm("mm again", a, b)
     check_mm("split-K again", *long_k, alpha=0.5)
-    assert len(plans()) == 4
+    assert len(plans()) == 5
 
 
 def transposed(a: torch.Tensor) -> torch.Tensor:
