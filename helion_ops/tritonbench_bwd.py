@@ -103,8 +103,13 @@ def fix_native_backward(operator_cls: type) -> None:
         use_cuda_graphs = getattr(self, "use_cuda_graphs", False)
         with stream_a_graph_capture_can_join(use_cuda_graphs):
             bwd_fn = original_bwd_fn(self, fwd_fn)
-        if not use_cuda_graphs:
-            return bwd_fn
+            if not use_cuda_graphs:
+                return bwd_fn
+            # The inputs' grad accumulators take the stream of the first graph through them
+            # and keep it while any graph holds them: this graph, before any of NEW's own
+            # forwards (fwd_bwd's runs on the legacy default stream first), held as long as
+            # bwd_fn. Its node only: the output is freed.
+            first_graph = getattr(fwd_fn(), "grad_fn", None)
 
         def bwd_fn_on_the_side_stream() -> Any:
             # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
@@ -112,6 +117,7 @@ def fix_native_backward(operator_cls: type) -> None:
             with stream_a_graph_capture_can_join(True):
                 return bwd_fn()
 
+        bwd_fn_on_the_side_stream.first_graph = first_graph  # type: ignore[attr-defined]
         return bwd_fn_on_the_side_stream
 
     operator_cls.get_input_iter = get_input_iter

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 
@@ -231,10 +232,12 @@ def test_the_built_in_harness_times_backwards_under_cuda_graphs(op, mode):
         assert helion.metrics["accuracy"] == 1.0
 
 
-def test_new_tritonbench_lazy_forward_backward_captures_for_every_backend():
+@pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
+def test_new_tritonbench_lazy_forward_backward_captures_for_every_backend(mode):
     """NEW tritonbench's get_bwd_fn as fixed by the plugin: its forward runs in bwd_fn's first
-    call, which is the accuracy check's on the legacy default stream; then do_bench captures
-    bwd_fn on a stream of its own. Unfixed, the capture fails (cudaErrorStreamCaptureImplicit)."""
+    call, which is the accuracy check's on the legacy default stream (fwd_bwd runs a forward
+    of its own before it); then do_bench captures the call on a stream of its own. Unfixed,
+    the capture fails (cudaErrorStreamCaptureImplicit)."""
     from helion_ops import tritonbench_bwd
 
     class NewOperator:  # NEW's get_bwd_fn, reduced to what matters here
@@ -262,17 +265,24 @@ def test_new_tritonbench_lazy_forward_backward_captures_for_every_backend():
     a, b = next(op.get_input_iter())
     grads = {}
     for name, fn in (("aten", torch.matmul), ("helion", helion_ops.matmul)):
-        bwd_fn = op.get_bwd_fn(lambda fn=fn: fn(a, b))
+        fwd_fn = functools.partial(fn, a, b)
+        bwd_fn = op.get_bwd_fn(fwd_fn)
+
+        def timed(bwd_fn=bwd_fn, fwd_fn=fwd_fn):  # NEW's bwd_fn, or its fwd_bwd_fn
+            if mode == "fwd_bwd":
+                fwd_fn()
+            bwd_fn()
+
         a.grad = b.grad = None
-        bwd_fn()  # the accuracy check, on the legacy default stream
+        timed()  # the accuracy check, on the legacy default stream
         torch.cuda.synchronize()
         grads[name] = (a.grad.clone(), b.grad.clone())
         with torch.cuda.stream(torch.cuda.Stream()):
-            bwd_fn()
+            timed()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 a.grad = b.grad = None
-                bwd_fn()
+                timed()
             graph.replay()
         torch.cuda.synchronize()
     for got, want in zip(grads["helion"], grads["aten"], strict=True):

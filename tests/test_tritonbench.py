@@ -506,8 +506,20 @@ def test_new_lazy_forward_and_every_backward_run_on_the_side_stream(new_operator
     op = Operator()
     op.use_cuda_graphs = graphs
     a, w, _, _ = next(op.get_input_iter())
-    bwd_fn = op.get_bwd_fn(lambda: a @ w)
-    assert not hasattr(op, "forward_ran_in")  # nothing ran yet: the forward is lazy
+    forwards = []
+
+    def fwd_fn():
+        forwards.append(list(STREAM_CONTEXTS))
+        return a @ w
+
+    bwd_fn = op.get_bwd_fn(fwd_fn)
+    # Under graphs, a first graph through the inputs on the side stream, held by bwd_fn:
+    # the inputs' grad accumulators get its stream before NEW's fwd_bwd runs a forward of
+    # its own on the legacy default stream.
+    assert forwards == ([[True]] if graphs else [])
+    assert (getattr(bwd_fn, "first_graph", None) is not None) == graphs
+    assert not hasattr(op, "forward_ran_in")  # NEW's own forward is lazy
+    fwd_fn()  # fwd_bwd's forward, outside the fix
     bwd_fn()
     assert op.forward_ran_in == op.backward_ran_in == ([True] if graphs else [])
     bwd_fn()  # a timed call: the backward again, on the same stream
