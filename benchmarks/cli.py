@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
             "bwd) on a few representative shapes; --full runs every default shape of tritonbench\n"
             "with torch.compile too. Unknown flags go to tritonbench as given."
         ),
-        epilog=f"tritonbench is installed from git:\n  {INSTALL_COMMAND}",
+        epilog=f"tritonbench (a pinned clone, which run_bench then uses):\n  {INSTALL_COMMAND}",
     )
     ours = parser.add_argument_group("helion-ops-bench")
     ours.add_argument(

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if builtin:
             print(
                 "tritonbench is not importable: measuring with the built-in harness "
-                f"(benchmarks/harness.py). For tritonbench's: {INSTALL_COMMAND}"
+                f"(benchmarks/harness.py). For tritonbench's, run once: {INSTALL_COMMAND}"
             )
             jobs = plan_jobs(options, gpu, builtin=True)
             jobs = [harness.job_with_shapes(job, options) for job in jobs]

@@ -15,22 +15,29 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.get_tritonbench import default_dest
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-INSTALL_COMMAND = (
-    "git clone https://github.com/meta-pytorch/tritonbench && cd tritonbench && "
-    "git checkout 66b557c && git submodule update --init submodules/generative-recommenders && "
-    "pip install -e ."
-)
+INSTALL_COMMAND = "python -m benchmarks.get_tritonbench"
 
 
 def tritonbench_import_error() -> str | None:
-    """None when tritonbench imports, else a message saying how to install it."""
+    """None when tritonbench imports (from the environment, else from the clone of
+    ``benchmarks.get_tritonbench``, which this puts on ``sys.path``), else a message saying
+    how to get it."""
     try:
-        import tritonbench  # noqa: F401
+        import tritonbench
     except ImportError as err:
-        return f"tritonbench is not importable ({err}). Install it with:\n  {INSTALL_COMMAND}"
+        clone = default_dest()
+        if not (clone / "tritonbench").is_dir():
+            return f"tritonbench is not importable ({err}). Get it with:\n  {INSTALL_COMMAND}"
+        sys.path.insert(0, str(clone))
+        try:
+            import tritonbench  # noqa: F401
+        except ImportError as err_in_clone:
+            return f"tritonbench at {clone} does not import ({err_in_clone})"
     return None
 
 
