@@ -151,3 +151,16 @@ def test_format_csv_reads_back_as_the_same_rows():
         Row("(4, 5, 6)", "helion_matmul_tritonbench", {"latency": "Error: a; b", "accuracy": None}),
     ]
     assert parse_tritonbench_csv(format_csv("(M, N, K)", rows)) == ("(M, N, K)", rows)
+
+
+def test_addmm_accuracy_scales_with_the_output_as_aten_rounds_twice():
+    """aten's bf16 addmm with an [M, N] bias rounds the product, then the sum: one unit off
+    where a kernel that rounds once is not. A fixed atol of 1e-2 failed such correct results;
+    the scaled rule passes them and still fails a wrong one."""
+    want = {"output": torch.tensor([200.0, 0.5], dtype=torch.bfloat16)}
+    one_unit_off = {"output": torch.tensor([200.0, 1.5], dtype=torch.bfloat16)}
+    args = harness._parser().parse_args(["--op", "addmm", "--precision", "bf16"])
+    assert harness.tolerance("addmm", args) is None
+    assert harness.accurate(one_unit_off, want, None)
+    assert not harness.accurate(one_unit_off, want, (1.6e-2, 1e-2))
+    assert not harness.accurate({"output": 2 * want["output"]}, want, None)
