@@ -198,7 +198,8 @@ def _version(package: str) -> str:
 
 
 def tritonbench_commit() -> str:
-    """The git commit of the tritonbench clone in use, or "unknown"."""
+    """The git commit of the tritonbench clone in use, "+dirty" where its tracked files differ
+    from it (a copy of other files assembled over a clone), or "unknown"."""
     try:
         import tritonbench
     except ImportError:
@@ -208,16 +209,21 @@ def tritonbench_commit() -> str:
     if not (root / ".git").exists():
         return "unknown"
     try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
+        head, changes = (
+            subprocess.run(
+                ["git", "-C", str(root), *args],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=10,
+            ).stdout.strip()
+            for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
         )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return out.stdout.strip() or "unknown"
+    if not head:
+        return "unknown"
+    return f"{head}+dirty" if changes else head
 
 
 def write_csv(path: Path, meta: dict[str, str], tritonbench_csv: str) -> None:

@@ -477,6 +477,23 @@ def test_commit_is_unknown_for_a_clone_without_git(tmp_path, monkeypatch):
     assert tritonbench_commit() == "unknown"
 
 
+def test_commit_of_a_clone_says_where_its_files_differ(tmp_path, monkeypatch):
+    clone = tmp_path / "clone"
+    (clone / "tritonbench").mkdir(parents=True)
+    (clone / "tritonbench" / "__init__.py").write_text("")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(clone)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    fake = types.ModuleType("tritonbench")
+    fake.__file__ = str(clone / "tritonbench" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "tritonbench", fake)
+    assert tritonbench_commit() == head.strip()
+    (clone / "tritonbench" / "__init__.py").write_text("NEW = True\n")  # another version's file
+    assert tritonbench_commit() == head.strip() + "+dirty"
+
+
 # --- summary and --ci ----------------------------------------------------------------------------
 
 
