@@ -20,9 +20,11 @@ epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte ali
 keep a ``LaunchPlan`` for it: built from one dry run of Helion's generated host function, it
 then allocates the outputs and calls the compiled Triton kernel's launcher with the
 arguments laid out in advance, skipping the host function, its grid arithmetic and SM-count
-query, and Triton's per-call binding. The first launch goes through a ``DirectLauncher``
-(Triton's JIT entry point, which compiles); a host function a plan cannot describe keeps
-running with that launcher on every call.
+query, and Triton's per-call binding. For fp16/bf16 plain and pair launches, each launcher
+keeps its own look-up from its operands to that plan (the fast path: one key per call).
+The first launch goes through a ``DirectLauncher`` (Triton's JIT entry point, which
+compiles); a host function a plan cannot describe keeps running with that launcher on every
+call.
 """
 
 from __future__ import annotations
@@ -556,8 +558,8 @@ def launch_mm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Ten
         A new [m, n] tensor of a's dtype.
     """
     fast_key = (
-        a.shape, b.shape, a.stride(), b.stride(), a.dtype, a.device, a.data_ptr() % 16,
-        b.data_ptr() % 16,
+        a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device,
+        a.data_ptr() % 16, b.data_ptr() % 16,
     )  # fmt: skip
     plan = _fast_mm.get(fast_key)
     if plan is not None and alpha != 0 and _allocator_set.get():
@@ -593,7 +595,7 @@ def launch_addmm(
     if bias is not None and beta != 0 and alpha != 0:
         fast_key = (
             a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
-            bias.dtype, a.device, bias.device, a.data_ptr() % 16, b.data_ptr() % 16,
+            b.dtype, bias.dtype, a.device, bias.device, a.data_ptr() % 16, b.data_ptr() % 16,
             bias.data_ptr() % 16,
         )  # fmt: skip
         plan = _fast_addmm.get(fast_key)
