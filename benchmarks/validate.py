@@ -1,12 +1,14 @@
 """Speedup over aten on the validation shapes: ``python -m benchmarks.validate``.
 
 The shapes of ``benchmarks/shapes/validation.csv`` come from real models and were never used
-to fit or tune anything (``tests/test_validation.py`` checks it). For each dtype and op this
-runs ``run_bench.py`` (tritonbench, in this process) on them, aten and helion only: gemm in one
+to fit or tune anything (``tests/test_model.py`` checks it). For each dtype and op this runs
+``run_bench.py`` (tritonbench, or the built-in harness where tritonbench is not importable, in
+this process) on them, aten and helion only: gemm in one
 call with ``--input`` (``--layout tt``, so that both gradients are compared), addmm one call
 per shape (tritonbench's addmm takes one ``--m/--k/--n``, with an [M, N] bias). Then it
 writes ``validation.csv`` and ``validation.json`` (per op, mode, dtype and shape: aten's and
 helion's latency, the speedup, helion's accuracy) and prints the geomean and minimum.
+``--gpus N`` runs each (op, dtype) in a process of its own, on N local GPUs at once.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ import argparse
 import csv
 import json
 import math
+import os
+import queue
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from benchmarks.gpus import gpu_count
 from benchmarks.main import main as run_bench
 from helion_ops.warmup import read_shapes
 
@@ -49,6 +56,36 @@ def run(
         argv = ["--op", "addmm", *sizes, *common, "--output-dir", str(folder), *extra]
         status = max(status, run_bench(argv))
     return status
+
+
+def run_on_gpus(
+    units: list[tuple[str, str]], count: int, argv: list[str], spawn=subprocess.run
+) -> int:
+    """Each (op, precision) of ``units`` in a process of its own, on ``count`` GPUs at once:
+    each GPU takes the next unit when its last one ends (``CUDA_VISIBLE_DEVICES``, so that no
+    two share a GPU). ``argv``: the flags every unit gets. Returns the worst exit status."""
+    todo: queue.Queue[tuple[str, str]] = queue.Queue()
+    for unit in units:
+        todo.put(unit)
+    statuses: list[int] = []
+
+    def gpu(index: int) -> None:
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
+        while True:
+            try:
+                op, precision = todo.get_nowait()
+            except queue.Empty:
+                return
+            command = [sys.executable, "-m", "benchmarks.validate", "--op", op]
+            command += ["--precision", precision, "--no-summary", *argv]
+            statuses.append(spawn(command, env=env).returncode)
+
+    threads = [threading.Thread(target=gpu, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return max(statuses, default=0)
 
 
 def collect(out: Path) -> list[dict]:
@@ -121,14 +158,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--summarize-only", action="store_true", help="only read the JSON already in the folder"
     )
+    parser.add_argument(
+        "--gpus",
+        metavar="N|all",
+        help="run each (op, precision) in a process of its own, on N local GPUs at once",
+    )
+    # --gpus' workers measure only; their parent summarizes once all have written.
+    parser.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
     out = args.output_dir
     status = 0
     shapes = [s for s in read_shapes(args.shapes) if not args.max_dim or max(s) <= args.max_dim]
-    if not args.summarize_only:
-        for precision in args.precision.split(","):
-            for op in args.op.split(","):
-                status = max(status, run(op, precision, args.mode, shapes, out, extra))
+    units = [(op, p) for p in args.precision.split(",") for op in args.op.split(",")]
+    if args.gpus and not args.summarize_only:
+        import torch
+
+        try:
+            count = gpu_count(args.gpus, torch.cuda.device_count())
+        except ValueError as err:
+            parser.error(str(err))
+        common = ["--mode", args.mode, "--shapes", str(args.shapes), "--output-dir", str(out)]
+        common += ["--max-dim", str(args.max_dim)] if args.max_dim else []
+        status = run_on_gpus(units, count, [*common, *extra])
+    elif not args.summarize_only:
+        for op, precision in units:
+            status = max(status, run(op, precision, args.mode, shapes, out, extra))
+    if args.no_summary:
+        return status
     rows = collect(out)
     with (out / "validation.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["op"])

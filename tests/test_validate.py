@@ -1,0 +1,83 @@
+"""benchmarks.validate: its summary, and ``--gpus``' one process per (op, dtype) and GPU."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import types
+
+import pytest
+
+from benchmarks import validate
+
+
+def write_result(out, op, precision, mode, speedups):
+    """A run_bench JSON as validate's folders hold it: one helion and one aten row per shape."""
+    folder = out / f"{op}_{precision}"
+    folder.mkdir(parents=True, exist_ok=True)
+    aten, helion = validate.BACKENDS[op]
+    rows = []
+    for i, speedup in enumerate(speedups):
+        shape = f"({i + 1}, 8, 8)"
+        rows.append({"shape": shape, "backend": aten, "latency": speedup})
+        rows.append({"shape": shape, "backend": helion, "latency": 1.0, "accuracy": 1.0})
+    meta = {"op": op, "mode": mode}
+    (folder / f"{op}_{mode}.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+
+
+def test_summary_gives_geomean_min_and_shapes_below_085(tmp_path):
+    write_result(tmp_path, "gemm", "bf16", "fwd", [2.0, 0.5, 1.0])
+    (line,) = validate.summarize(validate.collect(tmp_path))
+    assert line == "gemm fwd bf16: 3 shapes, geomean 1.000, min 0.500 at (2, 8, 8), 1 below 0.85"
+
+
+def test_gpus_run_each_unit_once_and_never_two_on_one_gpu():
+    active, ran, lock = {}, [], threading.Lock()
+
+    def spawn(command, env):
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            assert gpu not in active, f"two units at once on GPU {gpu}"
+            active[gpu] = command
+        time.sleep(0.05)
+        with lock:
+            del active[gpu]
+            ran.append((command[command.index("--op") + 1], command, gpu))
+        return types.SimpleNamespace(returncode=3 if "fp16" in command else 0)
+
+    units = [("gemm", "bf16"), ("addmm", "bf16"), ("gemm", "fp16"), ("addmm", "fp16")]
+    assert validate.run_on_gpus(units, 2, ["--mode", "bwd"], spawn) == 3
+    assert sorted((op, c[c.index("--precision") + 1]) for op, c, _ in ran) == sorted(units)
+    assert {gpu for *_, gpu in ran} == {"0", "1"}
+    assert all("--no-summary" in c and c[-2:] == ["--mode", "bwd"] for _, c, _ in ran)
+
+
+def test_gpus_summarize_once_all_workers_wrote(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    seen = {}
+
+    def workers(units, count, argv):
+        seen.update(units=units, count=count, argv=argv)
+        for op, precision in units:
+            write_result(tmp_path, op, precision, "fwd", [1.0])
+        return 0
+
+    monkeypatch.setattr(validate, "run_on_gpus", workers)
+    argv = ["--gpus", "all", "--op", "gemm,addmm", "--mode", "fwd", "--output-dir", str(tmp_path)]
+    assert validate.main([*argv, "--cudagraph"]) == 0
+    assert seen["count"] == 2 and len(seen["units"]) == 4 and "--cudagraph" in seen["argv"]
+    summary = json.loads((tmp_path / "validation.json").read_text())["summary"]
+    assert len(summary) == 4
+
+
+def test_more_gpus_than_there_are_is_an_error(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit) as exit_info:
+        validate.main(["--gpus", "2", "--output-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--gpus 2: this machine has 1 CUDA GPU(s)" in capsys.readouterr().err
