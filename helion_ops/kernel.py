@@ -393,7 +393,8 @@ _allocator_set = contextvars.ContextVar("helion_ops_allocator_set", default=Fals
 # than one launch). Filled by ``_run``; one dict per launcher, as their keys differ.
 _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
-_fast_pair: dict[tuple[Any, ...], LaunchPlan] = {}
+_fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
+_UNSEEN = object()
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -533,16 +534,21 @@ def launch_mm_pair(
         b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
         a2.data_ptr() % 16, b2.data_ptr() % 16,
     )  # fmt: skip
-    plan = _fast_pair.get(fast_key)
-    if plan is not None and alpha != 0 and _allocator_set.get():
+    plan = _fast_pair.get(fast_key, _UNSEEN)
+    if plan is None and alpha != 0:  # seen before: two launches
+        return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
+    if plan is not _UNSEEN and alpha != 0 and _allocator_set.get():
         return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
     operands = (a1, b1, a2, b2)
+    fast_dtype = a1.dtype in FAST_DTYPES
     if alpha != 0 and (
         wants_pair(product_mnk(a1, b1), product_mnk(a2, b2)) or tuned_pair(*operands)
     ):
         kernel = _kernel_for(a1.dtype, pair=True)
-        fast = (_fast_pair, fast_key) if a1.dtype in FAST_DTYPES else None
+        fast = (_fast_pair, fast_key) if fast_dtype else None
         return _run(kernel, (*operands, scaled(alpha), scaled(alpha)), fast=fast)
+    if alpha != 0 and fast_dtype:
+        _fast_pair[fast_key] = None  # the decision depends on nothing the key does not hold
     return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
 
 

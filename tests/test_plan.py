@@ -217,3 +217,21 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     monkeypatch.setattr(kernel.knobs.runtime, "launch_enter_hook", hook)
     launch_addmm(bias2, a2, b2, 1.0, 1.0)
     assert len(fake.runs) == 2 and fake.runs[-1][0] == "runner"
+
+
+def test_a_pair_decided_against_goes_straight_to_two_launches(monkeypatch):
+    g, b, a = rand(40, 24).half(), rand(32, 24).half(), rand(40, 32).half()
+    monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
+    launch_mm_pair(g, b.T, a.T, g, 1.0)
+    assert kernel._fast_pair == {next(iter(kernel._fast_pair)): None}
+
+    def decided_again(*args):
+        raise AssertionError("the pair decision was made again for the same operands")
+
+    monkeypatch.setattr(kernel, "wants_pair", decided_again)
+    monkeypatch.setattr(kernel, "tuned_pair", decided_again)
+    one, two = launch_mm_pair(g, b.T, a.T, g, -3.0)
+    assert_matches("first", one, -3 * g @ b.T, -3 * g.double() @ b.T.double())
+    assert_matches("second", two, -3 * a.T @ g, -3 * a.T.double() @ g.double())
+    zero_one, _ = launch_mm_pair(g, b.T, a.T, g, 0.0)  # alpha 0 never reads the products
+    assert torch.equal(zero_one, torch.zeros_like(one))
