@@ -128,19 +128,12 @@ def _dy(y: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], cudagraph: bool):
-    """The forward; under CUDA graphs on a side stream, which the captured backward can join
-    (one on the legacy default stream fails the capture)."""
-    if not (cudagraph and inputs[0].is_cuda):
-        return fn(*inputs)
-    from helion_ops.tritonbench_bwd import forward_stream
+    """The forward; under CUDA graphs on the plugin's side stream, which the captured backward
+    can join (one on the legacy default stream fails the capture)."""
+    from helion_ops.tritonbench_bwd import stream_a_graph_capture_can_join  # late: see functions
 
-    caller = torch.cuda.current_stream()
-    stream = forward_stream(caller.device)
-    stream.wait_stream(caller)
-    with torch.cuda.stream(stream):
-        y = fn(*inputs)
-    caller.wait_stream(stream)
-    return y
+    with stream_a_graph_capture_can_join(cudagraph and inputs[0].is_cuda):
+        return fn(*inputs)
 
 
 def results_and_step(fn, inputs, mode: str, cudagraph: bool = False):
