@@ -84,15 +84,20 @@ def run_workers(
     Returns:
         Each worker's exit status, in GPU order.
     """
-    # The folder that holds this package, so that ``-m benchmarks.main`` imports it from any
-    # working directory, installed or not.
-    root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     workers = [
         spawn(
             [sys.executable, "-m", "benchmarks.main", *worker_argv(argv, i, count, output_dir)],
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": str(i), "PYTHONPATH": path},
+            env=worker_env(i),
         )
         for i in range(count)
     ]
     return [worker.wait() for worker in workers]
+
+
+def worker_env(index: int) -> dict[str, str]:
+    """The environment of a worker process on GPU ``index``: it sees only that GPU, and
+    ``python -m benchmarks...`` imports this checkout from any working directory, installed
+    or not (the folder that holds this package goes first on ``PYTHONPATH``)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": str(index), "PYTHONPATH": path}

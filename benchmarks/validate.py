@@ -17,14 +17,13 @@ import argparse
 import csv
 import json
 import math
-import os
 import queue
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from benchmarks.gpus import gpu_count
+from benchmarks.gpus import gpu_count, worker_env
 from benchmarks.main import main as run_bench
 from helion_ops.warmup import read_shapes
 
@@ -70,7 +69,7 @@ def run_on_gpus(
     statuses: list[int] = []
 
     def gpu(index: int) -> None:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
+        env = worker_env(index)
         while True:
             try:
                 op, precision = todo.get_nowait()
