@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import statistics
 import time
 from dataclasses import replace
@@ -78,11 +79,15 @@ def job_with_shapes(job: Job, options: Options) -> Job:
 
 
 def _csv_shapes(path: Path) -> tuple[Shape, ...]:
-    """gemm's --input CSV (header M,N,K,Bias, as tritonbench reads it); no bias column values."""
-    lines = [line.split(",") for line in path.read_text().splitlines()[1:] if line.strip()]
-    if any(len(cells) > 3 and cells[3].strip() for cells in lines):
-        raise ValueError(f"--input {path}: a Bias column; the built-in harness runs gemm without")
-    return tuple((int(c[0]), int(c[1]), int(c[2])) for c in lines)
+    """gemm's --input CSV, its columns read by name as tritonbench reads them; no Bias values."""
+    from helion_ops.warmup import read_shapes  # as functions(): late
+
+    with path.open() as f:
+        if any((row.get("Bias") or "").strip() for row in csv.DictReader(f)):
+            raise ValueError(
+                f"--input {path}: a Bias column; the built-in harness runs gemm without"
+            )
+    return tuple(read_shapes(path))
 
 
 def _parser() -> argparse.ArgumentParser:

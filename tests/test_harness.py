@@ -137,6 +137,9 @@ def test_tritonbench_s_own_inputs_are_its_default_shapes(tmp_path):
     csv_file.write_text("M,N,K,Bias\n256,128,64,\n1000000,768,256,\n")
     (job,) = shapes(["--op", "gemm", "--mode", "fwd", "--input", str(csv_file)])
     assert job.shapes == ((256, 128, 64), (1000000, 768, 256))
+    csv_file.write_text("K,N,M,Bias\n64,128,256,1\n")  # by name, as tritonbench reads it
+    with pytest.raises(ValueError, match="a Bias column"):
+        shapes(["--op", "gemm", "--mode", "fwd", "--input", str(csv_file)])
     (job,) = shapes(["--m", "64", "--n", "48", "--k", "32", "--op", "gemm", "--mode", "fwd"])
     assert job.shapes == ((64, 48, 32),)
     with pytest.raises(ValueError, match="--llama: a shape set of tritonbench's"):
