@@ -20,7 +20,6 @@ only runs made with ``--cudagraph``.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from typing import TYPE_CHECKING
 
@@ -77,10 +76,6 @@ def latencies_in(directory: Path) -> dict[Key, float]:
     return found
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(map(math.log, values)))
-
-
 def relative_speedups(now: dict[Key, float], then: dict[Key, float]) -> dict[Key, float]:
     """helion's speedup over aten now divided by the same then, per helion row in both runs."""
     relative = {}
@@ -115,11 +110,11 @@ def comparison(now: dict[Key, float], then: dict[Key, float]) -> tuple[str, floa
         by_job.setdefault((op, mode, precision), []).append(value)
     for (op, mode, precision), values in by_job.items():
         rows.append([op, mode, precision, "geomean", "helion vs aten", None, None, None,
-                     _geomean(values)])  # fmt: skip
+                     statistics.geometric_mean(values)])  # fmt: skip
     headers = ["op", "mode", "precision", "shape", "backend", "latency then", "latency now",
                "now / then", "helion speedup now / then"]  # fmt: skip
     table = tabulate(rows, headers=headers, floatfmt=".4g", missingval="")
-    return table, (_geomean(list(relative.values())) if relative else None)
+    return table, (statistics.geometric_mean(list(relative.values())) if relative else None)
 
 
 def regression(geomean: float | None) -> str | None:

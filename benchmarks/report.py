@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ def _mean(values: list[float]) -> float | None:
 
 def _geomean(values: list[float]) -> float | None:
     positive = [v for v in values if v > 0]
-    return math.exp(statistics.fmean(map(math.log, positive))) if positive else None
+    return statistics.geometric_mean(positive) if positive else None
 
 
 def _accuracy(rows: list[Row]) -> str:

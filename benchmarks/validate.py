@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import queue
+import statistics
 import subprocess
 import sys
 import threading
@@ -133,7 +133,7 @@ def summarize(rows: list[dict]) -> list[str]:
         if not speedups:
             lines.append(f"{op} {mode} {dtype}: no speedup measured")
             continue
-        geomean = math.exp(sum(math.log(s) for s, _ in speedups) / len(speedups))
+        geomean = statistics.geometric_mean(s for s, _ in speedups)
         low, at = min(speedups)
         below = sum(s < 0.85 for s, _ in speedups)
         lines.append(

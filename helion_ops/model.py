@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import statistics
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -325,7 +326,7 @@ def evaluate(records: list[dict]) -> dict:
             )
 
     def geomean(values: list[float]) -> float:
-        return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+        return statistics.geometric_mean(values) if values else float("nan")
 
     summary = {
         "keys": len(lost),
