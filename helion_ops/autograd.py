@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from helion_ops import ops
-from helion_ops.checks import check_addmm_args, check_matmul_args
+from helion_ops.checks import check_addmm_args, check_matmul_args, check_scalars
 
 
 class MatMulFunction(torch.autograd.Function):
@@ -21,9 +21,9 @@ class MatMulFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-        check_matmul_args(mat1, mat2)
+        out = ops.mm(mat1, mat2, check=check_matmul_args)
         ops.setup_mm_context(ctx, (mat1, mat2, 1.0), None)
-        return ops.mm(mat1, mat2)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -42,9 +42,10 @@ class AddMMFunction(torch.autograd.Function):
         alpha: float = 1.0,
         beta: float = 1.0,
     ) -> torch.Tensor:
-        check_addmm_args(bias, mat1, mat2, alpha, beta)
+        check_scalars(alpha, beta)
+        out = ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
         ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), None)
-        return ops.addmm(bias, mat1, mat2, alpha, beta)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -85,9 +86,9 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     """
     if torch.compiler.is_compiling() or not _records_a_graph(mat1, mat2):
         # ops.mm is the custom op (with its registered autograd) while compiling, and the
-        # bare launcher in eager calls that autograd does not record.
-        check_matmul_args(mat1, mat2)
-        return ops.mm(mat1, mat2)
+        # bare launcher in eager calls that autograd does not record; either checks the
+        # arguments first, the launcher unless they match a launch it made before.
+        return ops.mm(mat1, mat2, check=check_matmul_args)
     return _apply(MatMulFunction, mat1, mat2)
 
 
@@ -113,8 +114,8 @@ def addmm(
     """
     if torch.compiler.is_compiling() or not _records_a_graph(bias, mat1, mat2):
         # As in matmul: the custom op while compiling, the launcher otherwise.
-        check_addmm_args(bias, mat1, mat2, alpha, beta)
-        return ops.addmm(bias, mat1, mat2, float(alpha), float(beta))
+        check_scalars(alpha, beta)
+        return ops.addmm(bias, mat1, mat2, float(alpha), float(beta), check_addmm_args)
     return _apply(AddMMFunction, bias, mat1, mat2, alpha, beta)
 
 

@@ -24,6 +24,15 @@ def check_scalar(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
 
 
+def check_scalars(alpha: object, beta: object) -> None:
+    """addmm's alpha and beta: real numbers (checked before the launchers, whose fast path
+    skips the tensor checks but reads the scalars)."""
+    if type(alpha) in (float, int) and type(beta) in (float, int):
+        return
+    check_scalar("alpha", alpha)
+    check_scalar("beta", beta)
+
+
 def check_matrix(name: str, t: object) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -30,7 +30,7 @@ import math
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import helion
 import torch
@@ -210,34 +210,50 @@ def aligned_product(a: torch.Tensor, b: torch.Tensor) -> bool:
     return tma_aligned(a, b) and (b.shape[1] * a.element_size()) % 16 == 0
 
 
-_last_wave_rows: dict[tuple, int | None] = {}
+class LastWaveSplit(NamedTuple):
+    """Where ``a @ b`` runs ``last_wave_kernel``: ``rows`` in whole waves of tiles, the rest
+    split over K; ``eager``: also without a CUDA graph capture (see ``EAGER_SPLIT_MS``)."""
+
+    rows: int
+    eager: bool
+
+
+# The split's two extra launches (zeroing the fp32 tail, finishing it) and their tensors cost
+# 75-135 us of host time per product on the H200 machine, against 24 us for a plain launch
+# (NOTES 40): more than the split saves on the GPU, unless a CUDA graph replays the launches
+# (no host time) or the product's own kernel time hides them. So outside a capture only
+# products predicted to run this long or longer split.
+EAGER_SPLIT_MS = 0.2
+
+_last_wave_splits: dict[tuple, LastWaveSplit | None] = {}
 # Output elements of one wave of the model's smallest tiles (64x32) on an H100/H200's 132 SMs.
 SMALLEST_WAVE = 132 * 64 * 32
 
 
-def last_wave_rows(a: torch.Tensor, b: torch.Tensor) -> int | None:
-    """Where ``a @ b`` runs ``last_wave_kernel``: the rows in whole waves of tiles, or None
-    (the plain kernel). Only fp16 and bf16 products without a table entry, on a GPU with a
-    model, where the model predicts splitting the last wave is faster (``Model.plan``);
-    decided once per (shapes, strides, alignment, dtype, device)."""
+def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
+    """Whether ``a @ b`` splits its last wave, or None (the plain kernel). Only fp16 and bf16
+    products without a table entry, on a GPU with a model, where the model predicts the split
+    faster (``Model.plan``); decided once per (shapes, strides, alignment, dtype, device)."""
     if not a.is_cuda or a.dtype == torch.float32 or a.shape[0] * b.shape[1] < SMALLEST_WAVE:
         # fp32 and the CPU never split; below one wave of the smallest tiles nothing to keep.
         return None
     alignment = (a.data_ptr() % 16, b.data_ptr() % 16)
     key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, alignment)
-    if key in _last_wave_rows:
-        return _last_wave_rows[key]
-    rows = None
+    if key in _last_wave_splits:
+        return _last_wave_splits[key]
+    split = None
     arch = gpu_arch(a.device)
     model = shipped_model(arch)
     table_key = config_key(a, b)
     if model is not None and table_config(tuned_table(arch), table_key, "plain") is None:
         m, n, k = product_mnk(a, b)
-        plan = model.plan(m, n, k, table_key[4], aligned_product(a, b), sm_count(a.device))
+        shape = (m, n, k, table_key[4], aligned_product(a, b), sm_count(a.device))
+        plan = model.plan(*shape)
         if plan is not None and plan[1] < m:
-            rows = plan[1]
-    _last_wave_rows[key] = rows
-    return rows
+            plain = model.best_plain(*shape)
+            split = LastWaveSplit(plan[1], plain is not None and plain[0] >= EAGER_SPLIT_MS)
+    _last_wave_splits[key] = split
+    return split
 
 
 def last_wave_config(

@@ -48,7 +48,7 @@ from triton.knobs import HookChain
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from helion_ops.configs import last_wave_rows, product_mnk, select_config, tuned_pair
+from helion_ops.configs import last_wave_split, product_mnk, select_config, tuned_pair
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -168,7 +168,7 @@ split_k_kernel_tf32 = _make_kernel(_matmul_split_k, "tf32")
 pair_kernel = _make_kernel(_matmul_pair, "ieee")
 pair_kernel_tf32 = _make_kernel(_matmul_pair, "tf32")
 # A product whose last wave of tiles would leave SMs idle (fp16 and bf16, where the wave model
-# predicts a gain: ``configs.last_wave_rows``): that wave split over K in the same launch.
+# predicts a gain: ``configs.last_wave_split``): that wave split over K in the same launch.
 last_wave_kernel = _make_kernel(_matmul_last_wave, "ieee")
 KERNELS = (
     matmul_kernel,
@@ -238,18 +238,20 @@ class LaunchPlan:
         self.grid, self.options = grid, options
         self.epilogues, self.outputs, self.constants = epilogues, outputs, constants
         self.allocate = torch.zeros if zeroed else torch.empty
-        # One output of the first operand's dtype and device (every plain product): the
+        # Outputs of the first operand's dtype and device (every plain and pair product): the
         # operand's new_empty, which skips torch.empty's keyword parsing.
-        self.like_first = (
-            not zeroed and len(outputs) == 1 and outputs[0][1:] == (first.dtype, first.device)
+        self.like_first = not zeroed and all(
+            out[1:] == (first.dtype, first.device) for out in outputs
         )
+        self.shapes = tuple(shape for shape, _, _ in outputs)
         self.pick = operator.itemgetter(*sources)
         self.returns_tuple = returns_tuple
         self.compiled: CompiledKernel | None = None
 
     def __call__(self, *args: Any) -> Any:
         if self.like_first:
-            outs = [args[0].new_empty(self.outputs[0][0])]
+            first = args[0]
+            outs = [first.new_empty(shape) for shape in self.shapes]
         else:
             allocate = self.allocate
             outs = [
@@ -390,7 +392,10 @@ _allocator_set = contextvars.ContextVar("helion_ops_allocator_set", default=Fals
 # look-up keyed by what decides every branch of the launchers (sizes, strides, 16-byte
 # alignment, dtype, device), where the product runs the plain or pair kernel in fp16 or bf16
 # (fp32's kernel also depends on torch's TF32 flag; split-K and last-wave products do more
-# than one launch). Filled by ``_run``; one dict per launcher, as their keys differ.
+# than one launch). Filled by ``_run``; one dict per launcher, as their keys differ. A key
+# also holds everything the public argument checks read of the tensors (``helion_ops.checks``:
+# dimensions, dtypes, devices, sizes), and entries are made only for valid operands, so a hit
+# skips those checks.
 _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
@@ -552,24 +557,36 @@ def launch_mm_pair(
     return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
 
 
-def launch_mm(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+def launch_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    alpha: float = 1.0,
+    check: Callable[[Any, Any], None] | None = None,
+) -> torch.Tensor:
     """``alpha * (a @ b)`` through the Helion kernel; operands may be transposed views.
 
     Args:
         a: [m, k] tensor.
         b: [k, n] tensor of a's dtype and device.
         alpha: scale applied to the fp32 accumulator before the store.
+        check: the public argument check, ``check(a, b)``: run before anything else unless
+            a and b match a fast-path entry (see ``_fast_mm``).
 
     Returns:
         A new [m, n] tensor of a's dtype.
     """
-    fast_key = (
-        a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device,
-        a.data_ptr() % 16, b.data_ptr() % 16,
-    )  # fmt: skip
+    try:
+        fast_key = (
+            a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+            a.data_ptr() % 16, b.data_ptr() % 16,
+        )  # fmt: skip
+    except AttributeError:  # not tensors: the check names the argument
+        fast_key = None
     plan = _fast_mm.get(fast_key)
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
+    if check is not None:
+        check(a, b)
     return launch_addmm(None, a, b, alpha, 0.0, fast_key)
 
 
@@ -580,6 +597,7 @@ def launch_addmm(
     alpha: float = 1.0,
     beta: float = 1.0,
     mm_key: tuple[Any, ...] | None = None,
+    check: Callable[..., None] | None = None,
 ) -> torch.Tensor:
     """``beta * bias + alpha * (a @ b)`` with both scalings fused into the kernel's epilogue.
 
@@ -590,24 +608,31 @@ def launch_addmm(
         bias: None or a tensor broadcastable to [m, n].
         a: [m, k] tensor.
         b: [k, n] tensor.
-        alpha: scale of the product.
-        beta: scale of the bias.
+        alpha: scale of the product (a real number: callers check scalars first).
+        beta: scale of the bias (likewise).
         mm_key: ``launch_mm``'s fast-path key of a and b, where it calls without a bias.
+        check: the public argument check, ``check(bias, a, b, alpha, beta)``: run before
+            anything else unless the tensors match a fast-path entry (see ``_fast_mm``).
 
     Returns:
         A new [m, n] tensor of a's dtype.
     """
     fast_key = None
-    if bias is not None and beta != 0 and alpha != 0:
-        fast_key = (
-            a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
-            b.dtype, bias.dtype, a.device, bias.device, a.data_ptr() % 16, b.data_ptr() % 16,
-            bias.data_ptr() % 16,
-        )  # fmt: skip
+    if isinstance(bias, torch.Tensor) and beta != 0 and alpha != 0:
+        try:
+            fast_key = (
+                a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
+                b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
+                b.data_ptr() % 16, bias.data_ptr() % 16,
+            )  # fmt: skip
+        except AttributeError:  # not tensors: the check names the argument
+            fast_key = None
         plan = _fast_addmm.get(fast_key)
         if plan is not None and _allocator_set.get():
             bias_mn = bias.expand(a.shape[0], b.shape[1])
             return plan(a, b, scaled_plus_bias(alpha, beta, bias_mn))
+    if check is not None:
+        check(bias, a, b, alpha, beta)
     m, k = a.shape
     n = b.shape[1]
     if bias is None or beta == 0:
@@ -629,17 +654,24 @@ def launch_addmm(
     if wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF:
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
         return _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
-    rows = last_wave_rows(a, b)
-    if rows is not None:
-        return launch_last_wave(bias, a, b, alpha, beta, rows)
+    split = last_wave_split(a, b)
+    if split is not None and (split.eager or capturing(a)):
+        return launch_last_wave(bias, a, b, alpha, beta, split.rows)
     kernel = _kernel_for(a.dtype)
-    fast_dtype = a.dtype in FAST_DTYPES
+    # A product that splits only under a capture never takes the fast path, which would
+    # keep its plain launch for a later capture.
+    fast_dtype = a.dtype in FAST_DTYPES and split is None
     if bias is None:
         fast = (_fast_mm, mm_key) if fast_dtype and mm_key is not None else None
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
     fast = (_fast_addmm, fast_key) if fast_dtype and fast_key is not None else None
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
+
+
+def capturing(t: torch.Tensor) -> bool:
+    """Whether launches on ``t``'s device go into a CUDA graph being captured."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def launch_last_wave(

@@ -72,20 +72,37 @@ def _addmm_fake(
     return mat1.new_empty((mat1.shape[0], mat2.shape[1]))
 
 
-def mm(mat1: torch.Tensor, mat2: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """``alpha * (mat1 @ mat2)``: the custom op while compiling, the launcher in eager mode."""
+def mm(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    alpha: float = 1.0,
+    check: Callable[[Any, Any], None] | None = None,
+) -> torch.Tensor:
+    """``alpha * (mat1 @ mat2)``: the custom op while compiling, the launcher in eager mode.
+
+    ``check``: the argument check, run first while compiling; the launcher runs it unless the
+    operands match a launch it made before (``kernel._fast_mm``)."""
     if torch.compiler.is_compiling():
+        if check is not None:
+            check(mat1, mat2)
         return mm_op(mat1, mat2, alpha)
-    return launch_mm(mat1, mat2, alpha)
+    return launch_mm(mat1, mat2, alpha, check)
 
 
 def addmm(
-    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
+    bias: torch.Tensor,
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    alpha: float,
+    beta: float,
+    check: Callable[..., None] | None = None,
 ) -> torch.Tensor:
-    """``beta * bias + alpha * (mat1 @ mat2)``, dispatched like :func:`mm`."""
+    """``beta * bias + alpha * (mat1 @ mat2)``, dispatched and checked like :func:`mm`."""
     if torch.compiler.is_compiling():
+        if check is not None:
+            check(bias, mat1, mat2, alpha, beta)
         return addmm_op(bias, mat1, mat2, alpha, beta)
-    return launch_addmm(bias, mat1, mat2, alpha, beta)
+    return launch_addmm(bias, mat1, mat2, alpha, beta, check=check)
 
 
 def mm_pair(

@@ -7,7 +7,7 @@ import torch
 from conftest import DEVICE
 
 import helion_ops
-from helion_ops import ops
+from helion_ops import autograd, kernel
 
 
 def t(*shape: int, dtype: torch.dtype = torch.float32, device: str = DEVICE) -> torch.Tensor:
@@ -68,8 +68,8 @@ def test_bad_input_is_named_before_launch(op, args, error, message, monkeypatch)
     def no_launch(*args, **kwargs):
         raise AssertionError("a kernel was launched for bad input")
 
-    monkeypatch.setattr(ops, "launch_mm", no_launch)
-    monkeypatch.setattr(ops, "launch_addmm", no_launch)
+    monkeypatch.setattr(kernel, "_run", no_launch)
+    monkeypatch.setattr(kernel.LaunchPlan, "__call__", no_launch)
     fn = helion_ops.matmul if op == "mm" else helion_ops.addmm
     with pytest.raises(error) as info:
         fn(*args)
@@ -116,3 +116,28 @@ def test_the_fast_path_takes_well_formed_input(monkeypatch):
     checks.check_matmul_args(a, b)
     for bias in (t(5), t(1, 5), t(4, 1), t(4, 5), t(1), t()):
         checks.check_addmm_args(bias, a, b, 2, 0.5)
+
+
+def test_a_launch_seen_before_skips_only_the_checks_it_passed(monkeypatch):
+    """Operands that match an earlier launch's fast-path key skip the tensor checks (the key
+    holds all they read); a change in any of it (device, dtype, size) runs them again."""
+    fp16 = torch.float16
+    a, b, bias = t(4, 3, dtype=fp16), t(3, 5, dtype=fp16), t(5, dtype=fp16)
+    kernel.reset()
+    helion_ops.matmul(a, b), helion_ops.addmm(bias, a, b)
+    with monkeypatch.context() as patched:
+        calls = []
+        patched.setattr(autograd, "check_matmul_args", lambda *args: calls.append(args))
+        patched.setattr(autograd, "check_addmm_args", lambda *args: calls.append(args))
+        helion_ops.matmul(a, b), helion_ops.addmm(bias, a, b)
+        assert calls == []
+        helion_ops.matmul(t(4, 3, dtype=fp16), t(3, 6, dtype=fp16))
+        assert len(calls) == 1
+    with pytest.raises(ValueError, match="same device"):
+        helion_ops.matmul(a, b.to("meta"))
+    with pytest.raises(TypeError, match="same dtype"):
+        helion_ops.matmul(a, b.float())
+    with pytest.raises(ValueError, match="bias must be on the device"):
+        helion_ops.addmm(bias.to("meta"), a, b)
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        helion_ops.addmm(bias, a, b, alpha=torch.tensor(2.0))

@@ -290,7 +290,10 @@ def test_full_bias_grad_is_copied_only_to_scale_it(beta):
 def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
     """The last wave split over K: rows [0, rows) in the plain loop with the epilogue, the
     others as fp32 partial sums finished after; forward and both grads, as the GPU takes it."""
-    monkeypatch.setattr(kernel, "last_wave_rows", lambda a, b: rows if a.shape[0] > rows else None)
+    split = configs.LastWaveSplit(rows, eager=True)
+    monkeypatch.setattr(
+        kernel, "last_wave_split", lambda a, b: split if a.shape[0] > rows else None
+    )
     a = make((70, 90), dtype_mode, transposed=layout[0] == "c")
     b = make((90, 29), dtype_mode, transposed=layout[1] == "c")
     kernel.reset()
@@ -298,6 +301,23 @@ def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
         check_matmul(a, b)
     else:
         check_addmm(make(bias_shape, dtype_mode), a, b, alpha=1.5, beta=-0.5)
+    assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
+
+
+def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch):
+    """A product the model splits only under a CUDA graph capture (``LastWaveSplit.eager``
+    False): eager calls run the plain kernel and leave no fast-path entry, which would keep
+    that launch for a later capture; a capture then splits it."""
+    split = configs.LastWaveSplit(64, eager=False)
+    monkeypatch.setattr(kernel, "last_wave_split", lambda a, b: split)
+    a, b = make((70, 90), torch.float16), make((90, 29), torch.float16)
+    kernel.reset()
+    for _ in range(2):
+        check_matmul(a, b)
+    assert not any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
+    assert not kernel._fast_mm
+    monkeypatch.setattr(kernel, "capturing", lambda t: True)
+    check_matmul(a, b)
     assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
 
 
