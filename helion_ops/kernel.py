@@ -400,6 +400,8 @@ _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
 _UNSEEN = object()
+# Products that split only under a CUDA graph capture whose split an eager call has compiled.
+_splits_compiled: set[tuple[Any, ...]] = set()
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -409,6 +411,7 @@ def reset() -> None:
     _fast_mm.clear()
     _fast_addmm.clear()
     _fast_pair.clear()
+    _splits_compiled.clear()
     for kernel in KERNELS:
         kernel.reset()
 
@@ -655,8 +658,18 @@ def launch_addmm(
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
         return _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
     split = last_wave_split(a, b)
-    if split is not None and (split.eager or capturing(a)):
-        return launch_last_wave(bias, a, b, alpha, beta, split.rows)
+    if split is not None:
+        if split.eager or capturing(a):
+            return launch_last_wave(bias, a, b, alpha, beta, split.rows)
+        # Eager calls of a product that splits under a capture run the plain kernel; the
+        # first also compiles the split (its result unused), which a capture should not do.
+        split_key = (
+            a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, a.data_ptr() % 16,
+            b.data_ptr() % 16, bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16),
+        )  # fmt: skip
+        if split_key not in _splits_compiled:
+            _splits_compiled.add(split_key)
+            launch_last_wave(bias, a, b, alpha, beta, split.rows)
     kernel = _kernel_for(a.dtype)
     # A product that splits only under a capture never takes the fast path, which would
     # keep its plain launch for a later capture.

@@ -148,6 +148,36 @@ def test_a_product_with_a_partial_last_wave_splits_it(monkeypatch, m, n, k):
     check_addmm(bias, a, b, alpha=1.5, beta=0.5)
 
 
+def test_a_capture_splits_what_eager_calls_run_plain(monkeypatch):
+    """2960^3 bf16 splits its last wave only under a CUDA graph capture: the eager call runs
+    the plain kernel and compiles the split; the capture compiles nothing, and its replay
+    matches the eager result within the split's rounding (one bf16 unit of the largest)."""
+    a, b = make((2960, 2960), torch.bfloat16).detach(), make((2960, 2960), torch.bfloat16).detach()
+    kernel.reset()
+    eager = helion_ops.matmul(a, b)
+    compiled = set(kernel._compiled)
+    assert kernel.last_wave_kernel in {key[0] for key in compiled}
+    runs = []
+    launch_last_wave = kernel.launch_last_wave
+    monkeypatch.setattr(
+        kernel, "launch_last_wave", lambda *args: runs.append(1) or launch_last_wave(*args)
+    )
+    helion_ops.matmul(a, b)
+    assert runs == []
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = helion_ops.matmul(a, b)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert set(kernel._compiled) == compiled and runs == [1]
+    unit = eager.abs().max().item() * 2.0**-8
+    torch.testing.assert_close(captured, eager, rtol=0, atol=unit)
+
+
 def test_split_k_without_an_entry_runs_the_split_rule():
     """A few output tiles and a long K, not in the table: ``configs.split_rule``'s config."""
     a = make((700, 30000), torch.bfloat16, transposed=True)  # a.T @ g of a tall product
