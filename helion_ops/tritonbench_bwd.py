@@ -62,6 +62,7 @@ def add_backward_support(operator_cls: type) -> bool:
     operator_cls.get_input_iter = get_input_iter
     operator_cls.get_bwd_fn = get_bwd_fn
     operator_cls.accuracy = accuracy
+    _make_benchmark_functions_on_the_side_stream(operator_cls)
     return True
 
 
@@ -75,7 +76,8 @@ def fix_native_backward(operator_cls: type) -> None:
     it on the legacy default stream, and the capture of the timed backward then fails for every
     backend (cudaErrorStreamCaptureImplicit), as OLD's did before ``forward_stream``. NEW runs
     the forward in get_bwd_fn or in the first call of its bwd_fn, as versions differ: both run
-    on the side stream, and so does every backward (a capture joins it and returns).
+    on the side stream, and so does every backward (a capture joins it and returns), and so
+    does the making of each benchmark function (``_make_benchmark_functions_on_the_side_stream``).
     Applied once per class.
 
     Args:
@@ -122,7 +124,24 @@ def fix_native_backward(operator_cls: type) -> None:
 
     operator_cls.get_input_iter = get_input_iter
     operator_cls.get_bwd_fn = get_bwd_fn
+    _make_benchmark_functions_on_the_side_stream(operator_cls)
     operator_cls._helion_ops_fixed = True
+
+
+def _make_benchmark_functions_on_the_side_stream(operator_cls: type) -> None:
+    """Under ``--cudagraph`` in the backward modes, tritonbench's ``_get_bm_func`` (which calls
+    the backend's benchmark method, then ``get_bwd_fn``) runs on the side stream: a backend
+    may record a graph when its function is made (NEW's matmul_partition_k copies ``b`` with
+    ``b.contiguous()``), whose grad accumulators would otherwise keep the legacy default
+    stream, and every capture of its backward would fail."""
+    original_get_bm_func = operator_cls._get_bm_func
+
+    def _get_bm_func(self: Any, bm_func_name: str) -> Callable[[], Any]:
+        backward = getattr(self.mode, "value", None) in BWD_MODES
+        with stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False) and backward):
+            return original_get_bm_func(self, bm_func_name)
+
+    operator_cls._get_bm_func = _get_bm_func
 
 
 def _is_grad_non_leaf(x: Any) -> bool:

@@ -53,6 +53,10 @@ class FakeBenchmarkOperator:
     def get_bwd_fn(self, fwd_fn):
         raise NotImplementedError("Each operator must implement its own backward function.")
 
+    def _get_bm_func(self, bm_func_name):  # makes the backend's function, then wraps it
+        fwd_fn = getattr(self, bm_func_name)(*self.example_inputs)
+        return fwd_fn if self.mode == Mode.FWD else self.get_bwd_fn(fwd_fn)
+
     @classmethod
     def has_bwd(cls) -> bool:
         return cls.get_bwd_fn is not FakeBenchmarkOperator.get_bwd_fn
@@ -525,6 +529,33 @@ def test_new_lazy_forward_and_every_backward_run_on_the_side_stream(new_operator
     bwd_fn()  # a timed call: the backward again, on the same stream
     assert op.backward_ran_in == ([True] if graphs else [])
     torch.testing.assert_close(w.grad, 2 * a.detach().T @ torch.ones(6, 5))  # two calls
+
+
+@pytest.mark.parametrize(
+    "mode,graphs,side", [("bwd", True, True), ("fwd_bwd", True, True), ("fwd", True, False),
+                         ("bwd", False, False)],
+)  # fmt: skip
+@pytest.mark.parametrize("tritonbench", ["new", "old"])
+def test_benchmark_functions_are_made_on_the_side_stream(
+    new_operator, fake_operator, tritonbench, mode, graphs, side
+):
+    """A backend that records a graph while its benchmark function is made (NEW's
+    matmul_partition_k: ``bt = b.contiguous()``, before any forward) does so on the side
+    stream under graphs in the backward modes, where the inputs' grad accumulators must be;
+    with NEW's own backward and with the one installed on OLD."""
+    made_in = []
+
+    class Operator(new_operator if tritonbench == "new" else fake_operator):
+        def partition_k(self, a, w, bias, _):
+            made_in.append(list(STREAM_CONTEXTS))
+            wt = w.contiguous()
+            return lambda: a @ wt
+
+    op = Operator()
+    op.mode, op.use_cuda_graphs = Mode(mode), graphs
+    op.example_inputs = next(op.get_input_iter())
+    op._get_bm_func("partition_k")
+    assert made_in == [[side]]
 
 
 def test_new_fixes_apply_once(new_operator):
