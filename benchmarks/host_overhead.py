@@ -2,8 +2,10 @@
 
 At 256^3 the GPU finishes a matmul in a few microseconds, so a loop of calls with one
 synchronize at the end runs at the speed of the host: its time per call is the host cost
-(argument checks, autograd bookkeeping, the launch). Prints the median time per call of each
-row and the ratios that issue 16 targets (each at most 1.0), and writes JSON. Run from the
+(argument checks, autograd bookkeeping, the launch). The rows run in turn, one batch each, 15
+times over (a drift of the host's speed reaches all alike). Prints each row's median time per
+call and the ratios that issue 16 targets (each at most 1.0: the median of the 15 ratios of
+batches run moments apart), and writes JSON with every batch. Run from the
 repository root, so that this checkout's helion_ops is the one imported:
 
     python -m benchmarks.host_overhead [--size 256] [--dtype bfloat16] [--json out.json]
@@ -15,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -22,18 +25,22 @@ import helion_ops
 from helion_ops.kernel import launch_mm
 
 
-def per_call_us(fn, calls: int = 2000, repeats: int = 7) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(rows: dict[str, tuple[Callable[[], object], int]], repeats: int = 15) -> dict:
+    """Each row's time per call, us, per repeat: one batch of ``calls`` of each row in turn
+    (interleaved, so that a drift of the host's speed reaches every row alike)."""
+    for fn, _ in rows.values():
+        for _ in range(50):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, (fn, calls) in rows.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    return samples
 
 
 def fwd_bwd(fn, grad_out: torch.Tensor, *inputs: torch.Tensor):
@@ -58,24 +65,32 @@ def main() -> None:
         torch.randn(shape, device="cuda", dtype=dtype) for shape in ((s, s), (s, s), (s,), (s, s))
     )
     la, lb, lbias = (t.clone().requires_grad_() for t in (a, b, bias))
-    rows = {
-        "torch.mm": per_call_us(lambda: torch.mm(a, b)),
-        "helion_ops.matmul": per_call_us(lambda: helion_ops.matmul(a, b)),
-        "torch.addmm": per_call_us(lambda: torch.addmm(bias, a, b)),
-        "helion_ops.addmm": per_call_us(lambda: helion_ops.addmm(bias, a, b)),
-        "launch_mm (no checks, no autograd)": per_call_us(lambda: launch_mm(a, b)),
-        "torch.mm fwd+bwd": per_call_us(fwd_bwd(torch.mm, g, la, lb), calls=500),
-        "helion_ops.matmul fwd+bwd": per_call_us(fwd_bwd(helion_ops.matmul, g, la, lb), 500),
-        "torch.addmm fwd+bwd": per_call_us(fwd_bwd(torch.addmm, g, lbias, la, lb), calls=500),
-        "helion_ops.addmm fwd+bwd": per_call_us(fwd_bwd(helion_ops.addmm, g, lbias, la, lb), 500),
+    samples = per_call_us(
+        {
+            "torch.mm": (lambda: torch.mm(a, b), 1000),
+            "helion_ops.matmul": (lambda: helion_ops.matmul(a, b), 1000),
+            "torch.addmm": (lambda: torch.addmm(bias, a, b), 1000),
+            "helion_ops.addmm": (lambda: helion_ops.addmm(bias, a, b), 1000),
+            "launch_mm (no checks, no autograd)": (lambda: launch_mm(a, b), 1000),
+            "torch.mm fwd+bwd": (fwd_bwd(torch.mm, g, la, lb), 250),
+            "helion_ops.matmul fwd+bwd": (fwd_bwd(helion_ops.matmul, g, la, lb), 250),
+            "torch.addmm fwd+bwd": (fwd_bwd(torch.addmm, g, lbias, la, lb), 250),
+            "helion_ops.addmm fwd+bwd": (fwd_bwd(helion_ops.addmm, g, lbias, la, lb), 250),
+        }
+    )
+    rows = {name: statistics.median(times) for name, times in samples.items()}
+    pairs = {
+        "matmul / torch.mm": ("helion_ops.matmul", "torch.mm"),
+        "addmm / torch.addmm": ("helion_ops.addmm", "torch.addmm"),
+        "matmul fwd+bwd / torch's": ("helion_ops.matmul fwd+bwd", "torch.mm fwd+bwd"),
+        "addmm fwd+bwd / torch's": ("helion_ops.addmm fwd+bwd", "torch.addmm fwd+bwd"),
     }
+    # The median of each repeat's ratio: a repeat's two batches ran moments apart.
     ratios = {
-        "matmul / torch.mm": rows["helion_ops.matmul"] / rows["torch.mm"],
-        "addmm / torch.addmm": rows["helion_ops.addmm"] / rows["torch.addmm"],
-        "matmul fwd+bwd / torch's": rows["helion_ops.matmul fwd+bwd"] / rows["torch.mm fwd+bwd"],
-        "addmm fwd+bwd / torch's": rows["helion_ops.addmm fwd+bwd"] / rows["torch.addmm fwd+bwd"],
+        name: statistics.median(o / t for o, t in zip(samples[ours], samples[theirs], strict=True))
+        for name, (ours, theirs) in pairs.items()
     }
-    print(f"host time per call, us ({args.dtype}, {s}^3, median of 7)")
+    print(f"host time per call, us ({args.dtype}, {s}^3, median of 15 interleaved batches)")
     for name, value in rows.items():
         print(f"  {name:36s} {value:8.2f}")
     print("ratio (target <= 1.00)")
@@ -84,7 +99,8 @@ def main() -> None:
     if args.json:
         meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "size": s}
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "us_per_call": rows, "ratios": ratios}, f, indent=1)
+            result = {"meta": meta, "us_per_call": rows, "ratios": ratios, "samples": samples}
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
