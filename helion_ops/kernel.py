@@ -653,12 +653,17 @@ def launch_addmm(
         # costs nothing and keeps every other shape on the direct path.
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1]
 
-    # Helion's ref mode (eager PyTorch, for tests) runs without a config, and split_k is one.
-    if wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF:
+    # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
+    # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
+    # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
+    # config, and split_k is one.)
+    deterministic = deterministic_algorithms()
+    split_k = wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF
+    if split_k and not deterministic:
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
         return _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
     split = last_wave_split(a, b)
-    if split is not None:
+    if split is not None and not deterministic:
         if split.eager or capturing(a):
             return launch_last_wave(bias, a, b, alpha, beta, split.rows)
         # Eager calls of a product that splits under a capture run the plain kernel; the
@@ -671,15 +676,20 @@ def launch_addmm(
             _splits_compiled.add(split_key)
             launch_last_wave(bias, a, b, alpha, beta, split.rows)
     kernel = _kernel_for(a.dtype)
-    # A product that splits only under a capture never takes the fast path, which would
-    # keep its plain launch for a later capture.
-    fast_dtype = a.dtype in FAST_DTYPES and split is None
+    # A product whose kernel depends on more than the fast path's key (a capture, torch's
+    # determinism switch) never takes the fast path, which would keep this plain launch.
+    fast_dtype = a.dtype in FAST_DTYPES and split is None and not split_k
     if bias is None:
         fast = (_fast_mm, mm_key) if fast_dtype and mm_key is not None else None
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
     fast = (_fast_addmm, fast_key) if fast_dtype and fast_key is not None else None
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
+
+
+def deterministic_algorithms() -> bool:
+    """Whether torch.use_deterministic_algorithms(True) is in force (then no atomics)."""
+    return torch.are_deterministic_algorithms_enabled()
 
 
 def capturing(t: torch.Tensor) -> bool:

@@ -38,8 +38,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def poison_uninitialized_memory():
-    """torch.empty fills floats with NaN, so an output element the kernel never writes fails."""
+def poison_uninitialized_memory(monkeypatch):
+    """torch.empty fills floats with NaN, so an output element the kernel never writes fails.
+
+    That takes torch's deterministic mode, which would also keep helion_ops off its atomic
+    kernels (split-K, the last-wave split): their tests need them, so helion_ops reads the
+    mode as off unless a test restores ``kernel.deterministic_algorithms``."""
+    from helion_ops import kernel
+
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: False)
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True, warn_only=True)
     yield

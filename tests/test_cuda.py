@@ -178,6 +178,24 @@ def test_a_capture_splits_what_eager_calls_run_plain(monkeypatch):
     torch.testing.assert_close(captured, eager, rtol=0, atol=unit)
 
 
+def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) (on here: the poisoning fixture), a
+    split-K product (a.T @ g of a tall product) and one whose last wave splits under a
+    capture run the plain kernel: the same bits call after call."""
+    monkeypatch.setattr(
+        kernel, "deterministic_algorithms", torch.are_deterministic_algorithms_enabled
+    )
+    monkeypatch.setattr(kernel, "capturing", lambda t: True)
+    tall, g = make((30000, 700), torch.bfloat16).detach(), make((30000, 512), torch.bfloat16)
+    square = make((2960, 2960), torch.bfloat16).detach()
+    kernel.reset()
+    for a, b in ((tall.T, g.detach()), (square, square)):
+        first = kernel.launch_mm(a, b)
+        assert all(torch.equal(first, kernel.launch_mm(a, b)) for _ in range(3))
+    used = {key[0] for key in kernel._compiled}
+    assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
+
+
 def test_split_k_without_an_entry_runs_the_split_rule():
     """A few output tiles and a long K, not in the table: ``configs.split_rule``'s config."""
     a = make((700, 30000), torch.bfloat16, transposed=True)  # a.T @ g of a tall product

@@ -304,6 +304,29 @@ def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
     assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
 
 
+def test_deterministic_algorithms_keep_products_off_atomics(monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) neither split-K nor the last-wave split
+    (fp32 atomics, last bits varying from run to run) runs: the plain kernel, correct, and
+    off the fast path, whose entry would outlive the switch."""
+    split = configs.LastWaveSplit(16, eager=True)
+    monkeypatch.setattr(kernel, "last_wave_split", lambda a, b: split)
+    deterministic = [True]  # torch's switch is on throughout (the poisoning fixture)
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: deterministic[0])
+    kernel.reset()
+    fp16 = torch.float16
+    bias, a, b = make((16,), fp16), make((24, 600), fp16), make((600, 16), fp16)
+    assert kernel.wants_split_k(24, 16, 600)
+    check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
+    check_matmul(make((70, 90), fp16), make((90, 29), fp16))
+    used = {key[0] for key in kernel._compiled}
+    assert kernel.matmul_kernel in used
+    assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
+    assert not kernel._fast_mm and not kernel._fast_addmm
+    deterministic[0] = False
+    check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
+    assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
+
+
 def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch):
     """A product the model splits only under a CUDA graph capture (``LastWaveSplit.eager``
     False): eager calls return the plain kernel's result and leave no fast-path entry, which
