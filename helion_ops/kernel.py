@@ -399,6 +399,10 @@ _allocator_set = contextvars.ContextVar("helion_ops_allocator_set", default=Fals
 _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
+# Plain launches of products that split their last wave under a CUDA graph capture only
+# (``configs.LastWaveSplit.eager`` False), read after a miss in _fast_mm or _fast_addmm when
+# no capture is under way (launch_mm's and launch_addmm's keys differ in length).
+_fast_eager: dict[tuple[Any, ...], LaunchPlan] = {}
 _UNSEEN = object()
 # Products that split only under a CUDA graph capture whose split an eager call has compiled.
 _splits_compiled: set[tuple[Any, ...]] = set()
@@ -411,6 +415,7 @@ def reset() -> None:
     _fast_mm.clear()
     _fast_addmm.clear()
     _fast_pair.clear()
+    _fast_eager.clear()
     _splits_compiled.clear()
     for kernel in KERNELS:
         kernel.reset()
@@ -586,6 +591,8 @@ def launch_mm(
     except AttributeError:  # not tensors: the check names the argument
         fast_key = None
     plan = _fast_mm.get(fast_key)
+    if plan is None and fast_key in _fast_eager and not capturing(a):
+        plan = _fast_eager[fast_key]
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
     if check is not None:
@@ -631,6 +638,8 @@ def launch_addmm(
         except AttributeError:  # not tensors: the check names the argument
             fast_key = None
         plan = _fast_addmm.get(fast_key)
+        if plan is None and fast_key in _fast_eager and not capturing(a):
+            plan = _fast_eager[fast_key]
         if plan is not None and _allocator_set.get():
             bias_mn = bias.expand(a.shape[0], b.shape[1])
             return plan(a, b, scaled_plus_bias(alpha, beta, bias_mn))
@@ -676,14 +685,21 @@ def launch_addmm(
             _splits_compiled.add(split_key)
             launch_last_wave(bias, a, b, alpha, beta, split.rows)
     kernel = _kernel_for(a.dtype)
-    # A product whose kernel depends on more than the fast path's key (a capture, torch's
-    # determinism switch) never takes the fast path, which would keep this plain launch.
-    fast_dtype = a.dtype in FAST_DTYPES and split is None and not split_k
+    # The fast path keeps this plain launch for the key: where the kernel depends only on it,
+    # in _fast_mm/_fast_addmm; for a product that splits under a capture only, in
+    # _fast_eager, which the launchers read outside captures. (Under torch's determinism
+    # switch a split or split-K product takes neither: the switch is not in the key.)
+    plans = None
+    if a.dtype in FAST_DTYPES and not split_k:
+        if split is None:
+            plans = _fast_mm if bias is None else _fast_addmm
+        elif not (split.eager or deterministic):
+            plans = _fast_eager
+    key = mm_key if bias is None else fast_key
+    fast = (plans, key) if plans is not None and key is not None else None
     if bias is None:
-        fast = (_fast_mm, mm_key) if fast_dtype and mm_key is not None else None
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
-    fast = (_fast_addmm, fast_key) if fast_dtype and fast_key is not None else None
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
 
 

@@ -329,9 +329,9 @@ def test_deterministic_algorithms_keep_products_off_atomics(monkeypatch):
 
 def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch):
     """A product the model splits only under a CUDA graph capture (``LastWaveSplit.eager``
-    False): eager calls return the plain kernel's result and leave no fast-path entry, which
-    would keep that launch for a later capture; the first also compiles the split, which
-    the capture then runs without compiling."""
+    False): eager calls return the plain kernel's result, through a fast-path entry that
+    captures do not read; the first also compiles the split, which the capture then runs
+    without compiling."""
     split = configs.LastWaveSplit(64, eager=False)
     monkeypatch.setattr(kernel, "last_wave_split", lambda a, b: split)
     a, b = make((70, 90), torch.float16), make((90, 29), torch.float16)
@@ -343,7 +343,12 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch):
     )
     for _ in range(3):
         check_matmul(a, b)
-    assert not kernel._fast_mm
+    assert not kernel._fast_mm and len(kernel._fast_eager) == 1
+    runs_plain = []
+    run = kernel._run
+    monkeypatch.setattr(kernel, "_run", lambda *a, **kw: runs_plain.append(1) or run(*a, **kw))
+    helion_ops.matmul(a.detach(), b.detach())
+    assert runs_plain == []  # the fast path's plan
     # Compiled once, its result unused (the backward's two small products run as a pair).
     assert len(runs) == 1
     compiled = set(kernel._compiled)
