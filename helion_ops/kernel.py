@@ -641,8 +641,10 @@ def launch_addmm(
         if plan is None and fast_key in _fast_eager and not capturing(a):
             plan = _fast_eager[fast_key]
         if plan is not None and _allocator_set.get():
-            bias_mn = bias.expand(a.shape[0], b.shape[1])
-            return plan(a, b, scaled_plus_bias(alpha, beta, bias_mn))
+            # The plan takes only the bias's address from the epilogue (the strides of its
+            # [m, n] view are constants of the specialization), which the view shares with
+            # the bias itself: no view to make.
+            return plan(a, b, scaled_plus_bias(alpha, beta, bias))
     if check is not None:
         check(bias, a, b, alpha, beta)
     m, k = a.shape
