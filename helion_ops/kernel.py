@@ -533,6 +533,17 @@ def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int]) -> bool:
     )
 
 
+def _fast_plan(
+    plans: dict[tuple[Any, ...], LaunchPlan], key: tuple[Any, ...] | None, a: torch.Tensor
+) -> LaunchPlan | None:
+    """The fast path's plan for ``key``: from ``plans``, else, outside a capture, from
+    ``_fast_eager``; None on a miss."""
+    plan = plans.get(key)
+    if plan is None and key in _fast_eager and not capturing(a):
+        plan = _fast_eager[key]
+    return plan
+
+
 def launch_mm_pair(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -590,9 +601,7 @@ def launch_mm(
         )  # fmt: skip
     except AttributeError:  # not tensors: the check names the argument
         fast_key = None
-    plan = _fast_mm.get(fast_key)
-    if plan is None and fast_key in _fast_eager and not capturing(a):
-        plan = _fast_eager[fast_key]
+    plan = _fast_plan(_fast_mm, fast_key, a)
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
     if check is not None:
@@ -637,9 +646,7 @@ def launch_addmm(
             )  # fmt: skip
         except AttributeError:  # not tensors: the check names the argument
             fast_key = None
-        plan = _fast_addmm.get(fast_key)
-        if plan is None and fast_key in _fast_eager and not capturing(a):
-            plan = _fast_eager[fast_key]
+        plan = _fast_plan(_fast_addmm, fast_key, a)
         if plan is not None and _allocator_set.get():
             # The plan takes only the bias's address from the epilogue (the strides of its
             # [m, n] view are constants of the specialization), which the view shares with
@@ -769,6 +776,9 @@ def scaled(alpha: float) -> Epilogue:
 
 
 def scaled_plus_bias(alpha: float, beta: float, bias_mn: torch.Tensor) -> Epilogue:
-    """The epilogue ``alpha * acc + beta * bias`` for a bias expanded to the output's shape."""
+    """The epilogue ``alpha * acc + beta * bias`` for a bias expanded to the output's shape.
+
+    (A launch plan reads only the bias's address from it, so the fast path hands it the
+    bias itself: see ``launch_addmm``.)"""
     alpha, beta = float(alpha), float(beta)
     return lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32)
