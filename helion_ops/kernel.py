@@ -48,7 +48,14 @@ from triton.knobs import HookChain
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from helion_ops.configs import last_wave_split, product_mnk, select_config, tuned_pair
+from helion_ops.configs import (
+    k_masks_vectorize,
+    last_wave_split,
+    product_mnk,
+    select_config,
+    tuned_pair,
+)
+from helion_ops.staging import staged
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -563,6 +570,12 @@ def launch_mm_pair(
         return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
     if plan is not _UNSEEN and alpha != 0 and _allocator_set.get():
         return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
+    if alpha != 0:
+        # Unaligned operands copied once for both products (the backward's grad_out), where
+        # that pays (``staging.staged``); entries are made for aligned operands only.
+        aligned = staged([(a1, b1), (a2, b2)])
+        if aligned is not None:
+            return launch_mm_pair(*aligned[0], *aligned[1], alpha)
     operands = (a1, b1, a2, b2)
     fast_dtype = a1.dtype in FAST_DTYPES
     if alpha != 0 and (
@@ -671,12 +684,24 @@ def launch_addmm(
         # costs nothing and keeps every other shape on the direct path.
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1]
 
+    # Unaligned operands of a product long enough to pay for copying them run from aligned
+    # copies; the copies' own key then takes the fast path (this one never gets an entry).
+    aligned = staged([(a, b)])
+    if aligned is not None:
+        if bias is None:
+            return launch_mm(*aligned[0], alpha)
+        return launch_addmm(bias, *aligned[0], alpha, beta)
+
     # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.)
     deterministic = deterministic_algorithms()
-    split_k = wants_split_k(m, n, k) and split_k_kernel.settings.ref_mode is RefMode.OFF
+    split_k = (
+        wants_split_k(m, n, k)
+        and k_masks_vectorize(a, b)
+        and split_k_kernel.settings.ref_mode is RefMode.OFF
+    )
     if split_k and not deterministic:
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
         return _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))

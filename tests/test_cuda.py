@@ -196,6 +196,34 @@ def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
     assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
 
 
+@pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
+@pytest.mark.parametrize("op", ["matmul", "addmm"])
+def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, dtype_mode, op):
+    """An LM head of 50257 (rows of 100514 bytes): the wave model stages the forward's
+    mat2 and the backward's grad_out (once for both products) and mat2.T; every result
+    against float64, every kernel on aligned operands."""
+    from helion_ops import staging
+
+    copies = []
+    aligned_copy = staging.aligned_copy
+    monkeypatch.setattr(
+        staging, "aligned_copy", lambda t: copies.append(tuple(t.shape)) or aligned_copy(t)
+    )
+    kernel.reset()
+    m, n, k = 2048, 50257, 768
+    a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
+    if op == "matmul":
+        check_matmul(a, b)
+    else:
+        check_addmm(make((n,), dtype_mode), a, b, alpha=1.5, beta=0.5)
+    assert copies.count((m, n)) == 1  # grad_out
+    assert (k, n) in copies and (n, k) in copies  # mat2, mat2.T
+    for key in kernel._compiled:
+        operands = [t for t in key[1:] if isinstance(t, tuple)][:2]
+        for *_, strides, alignment in operands:
+            assert alignment == 0 and all(s == 1 or s * 2 % 16 == 0 for s in strides), key
+
+
 def test_split_k_without_an_entry_runs_the_split_rule():
     """A few output tiles and a long K, not in the table: ``configs.split_rule``'s config."""
     a = make((700, 30000), torch.bfloat16, transposed=True)  # a.T @ g of a tall product

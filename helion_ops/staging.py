@@ -1,0 +1,107 @@
+"""Aligned copies of operands whose rows do not start on 16-byte boundaries.
+
+Tensor descriptors and vectorized loads need every row (or column, for a transposed view) of
+an operand to start 16-byte aligned. An operand of odd width (an LM head's vocabulary of
+50257) or at an odd offset is loaded element by element instead: the wave model's factors
+for such operands are 2-8x the aligned time (``helion_ops.model``). Where a product runs long
+enough, one copy into a buffer whose rows are padded to 16 bytes pays for itself: on the H200
+(bf16) the GPT-2 head's ``a.T @ grad_out`` (768x50257x4096) took 1.30 ms unstaged and 0.56
+staged, plus 0.46 ms to copy ``grad_out`` (which both backward products read, so it is copied
+once). The output stays a contiguous tensor; only its store keeps pointer indexing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from helion_ops.configs import (
+    config_key,
+    gpu_arch,
+    product_mnk,
+    sm_count,
+    table_config,
+    tma_aligned,
+    tuned_table,
+)
+from helion_ops.model import shipped_model
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from helion_ops.model import Model
+
+# What staging one byte of an unaligned operand costs: torch's copy into a padded buffer
+# read the unaligned rows at about 0.9 GB per ms (H200, bf16, 4096x50257: 0.46 ms), plus a
+# launch.
+COPY_MS_PER_BYTE = 0.46 / (4096 * 50257 * 2)
+COPY_MS = 0.003
+
+_decisions: dict[tuple, bool] = {}
+
+
+def aligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a new buffer whose rows (columns for a column-major ``t``) start
+    16-byte aligned: the same layout, its leading dimension padded."""
+    rows, cols = t.shape
+    per_16_bytes = max(1, 16 // t.element_size())
+    if t.stride(0) == 1 and t.stride(1) != 1:  # column-major: pad the columns
+        padded = -(-rows // per_16_bytes) * per_16_bytes
+        return t.new_empty((cols, padded))[:, :rows].T.copy_(t)
+    padded = -(-cols // per_16_bytes) * per_16_bytes
+    return t.new_empty((rows, padded))[:, :cols].copy_(t)
+
+
+def staged(
+    products: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The products with their unaligned operands replaced by aligned copies, where the
+    wave model predicts each product staged, copies included, faster than unstaged; a tensor
+    that several products read is copied once. None where nothing is to be staged."""
+    stage = [p for p in products if worth_staging(*p)]
+    if not stage:
+        return None
+    copies: dict[int, torch.Tensor] = {}
+    for t in {id(t): t for p in stage for t in p}.values():
+        if not tma_aligned(t):
+            copies[id(t)] = aligned_copy(t)
+    return [tuple(copies.get(id(t), t) for t in p) for p in products]
+
+
+def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
+    operand copied into aligned rows, the copies' time included. fp16 and bf16 products
+    without a table entry on a GPU with a model; decided once per (shapes, strides,
+    alignment, dtype, device)."""
+    if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
+        return False
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device)
+    key += (a.data_ptr() % 16, b.data_ptr() % 16)
+    decision = _decisions.get(key)
+    if decision is None:
+        decision = _decisions[key] = _predicted_faster(a, b)
+    return decision
+
+
+def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
+    arch = gpu_arch(a.device)
+    model = shipped_model(arch)
+    table_key = config_key(a, b)
+    if model is None or table_config(tuned_table(arch), table_key, "plain") is not None:
+        return False
+    copies = [t.numel() * t.element_size() for t in (a, b) if not tma_aligned(t)]
+    return staging_pays(model, *product_mnk(a, b), table_key[4], copies, sm_count(a.device))
+
+
+def staging_pays(
+    model: Model, m: int, n: int, k: int, layout: str, copies: Sequence[int], sms: int
+) -> bool:
+    """Whether the model predicts ``m x n x k`` (operand ``layout``) faster from aligned
+    operands, after copying the unaligned ones (``copies``: their sizes in bytes)."""
+    unstaged = model.best_plain(m, n, k, layout, False, sms)
+    aligned = model.best_plain(m, n, k, layout, True, sms)
+    if unstaged is None or aligned is None:
+        return False
+    copy_ms = sum(COPY_MS + COPY_MS_PER_BYTE * size for size in copies)
+    return aligned[0] + copy_ms < unstaged[0]

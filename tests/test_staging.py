@@ -1,0 +1,146 @@
+"""Unaligned operands staged into aligned copies (``helion_ops.staging``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DEVICE
+from test_ops import check_addmm, check_matmul, make
+
+from helion_ops import configs, kernel, staging
+from helion_ops.model import shipped_model
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "make_view",
+    [
+        lambda dt: torch.randn(37, 29, dtype=dt),  # rows of 29 elements
+        lambda dt: torch.randn(29, 37, dtype=dt).T,  # a column-major view, columns of 29
+        lambda dt: torch.randn(40, 33, dtype=dt)[3:, 1:30],  # a slice at an odd offset
+        lambda dt: torch.randn(37, 58, dtype=dt)[:, ::2],  # no unit stride
+    ],
+    ids=["rows", "columns", "offset", "strided"],
+)
+def test_aligned_copy(dtype, make_view):
+    t = make_view(dtype)
+    copy = staging.aligned_copy(t)
+    assert not configs.tma_aligned(t)
+    assert configs.tma_aligned(copy)
+    assert torch.equal(copy, t)
+    assert copy.data_ptr() != t.data_ptr()
+    if 1 in t.stride():  # the layout kept: a transposed view stays one
+        assert copy.stride().index(1) == t.stride().index(1)
+
+
+def test_staged_copies_a_shared_operand_once(monkeypatch):
+    monkeypatch.setattr(staging, "worth_staging", lambda a, b: True)
+    g = torch.randn(48, 37)  # unaligned rows, read by both products
+    a, b = torch.randn(48, 64), torch.randn(64, 37)
+    at, bt = a.T, b.T
+    (x1, y1), (x2, y2) = staging.staged([(at, g), (g, bt)])
+    assert x1 is at  # aligned: not copied
+    assert y1 is x2 and configs.tma_aligned(y1) and torch.equal(y1, g)
+    assert configs.tma_aligned(y2) and torch.equal(y2, bt)
+    monkeypatch.setattr(staging, "worth_staging", lambda a, b: False)
+    assert staging.staged([(a.T, g), (g, b.T)]) is None
+
+
+def test_nothing_staged_without_a_gpu_model():
+    a, b = torch.randn(48, 64, dtype=torch.float16), torch.randn(64, 37, dtype=torch.float16)
+    assert not staging.worth_staging(a, b)  # on the CPU
+
+
+def test_staging_pays_where_the_copy_is_small_against_the_product():
+    """The shipped model's decision: the GPT-2 head's three products (the H200 measured each
+    staged at 0.43-0.52 of its unstaged time, copies included) stage; a decode step, whose
+    product reads the unaligned weight once, does not."""
+    model = shipped_model("sm90")
+    m, n, k = 4096, 50257, 768
+    logits, weight = m * n * 2, k * n * 2
+    assert staging.staging_pays(model, m, n, k, "rr", [weight], 132)
+    assert staging.staging_pays(model, m, k, n, "rc", [logits, weight], 132)
+    assert staging.staging_pays(model, k, n, m, "cr", [logits], 132)
+    assert not staging.staging_pays(model, 16, n, k, "rr", [weight], 132)
+    assert not staging.staging_pays(model, 256, 32001, 4096, "rr", [4096 * 32001 * 2], 132)
+
+
+@pytest.fixture
+def always_stage(monkeypatch):
+    """Stage every unaligned operand (the CPU has no model to decide), counting the copies."""
+    copies = []
+    aligned_copy = staging.aligned_copy
+
+    def counted(t):
+        copies.append(tuple(t.shape))
+        return aligned_copy(t)
+
+    monkeypatch.setattr(staging, "aligned_copy", counted)
+    monkeypatch.setattr(staging, "worth_staging", lambda a, b: not configs.tma_aligned(a, b))
+    kernel.reset()
+    return copies
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("layout", ["rr", "rc", "cr"])
+def test_staged_matmul_against_float64(always_stage, dtype_mode, layout):
+    """Forward and both grads from staged operands (37-wide rows: none aligned), the
+    backward's grad_out copied once for both of its products."""
+    a = make((45, 70), dtype_mode, transposed=layout[0] == "c")
+    b = make((70, 37), dtype_mode, transposed=layout[1] == "c")
+    check_matmul(a, b)
+    assert (45, 37) in always_stage  # grad_out
+    assert always_stage.count((45, 37)) == 1
+    assert all(configs.tma_aligned(*operands) for operands in _compiled_operands())
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("bias_shape", [(45, 37), (37,), ()], ids=str)
+def test_staged_addmm_against_float64(always_stage, dtype_mode, bias_shape):
+    bias = make(bias_shape, dtype_mode)
+    a, b = make((45, 70), dtype_mode), make((70, 37), dtype_mode)
+    check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
+    assert always_stage
+
+
+def test_a_staged_product_never_takes_the_fast_path_with_its_unaligned_operands(always_stage):
+    """The fast path holds the plans of the aligned copies only: a call with the unaligned
+    operands stages again (a plan of the copies' strides would read them wrongly)."""
+    a = torch.randn(45, 64, dtype=torch.float16, device=DEVICE)
+    b = torch.randn(64, 37, dtype=torch.float16, device=DEVICE)
+    for calls in (1, 2):
+        torch.testing.assert_close(kernel.launch_mm(a, b), a @ b, rtol=2e-3, atol=2e-3)
+        assert always_stage == [(64, 37)] * calls
+    a_key = (a.shape, b.shape, a.stride(), b.stride())
+    assert all(key[:4] != a_key for key in kernel._fast_mm)
+
+
+def _compiled_operands():
+    """The tensor arguments of every specialization compiled so far."""
+    for key in kernel._compiled:
+        yield [
+            torch.empty_strided(shape, stride, dtype=dtype)
+            for dtype, _, shape, stride, _ in (k for k in key[1:] if isinstance(k, tuple))
+        ]
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+def test_staged_backward_of_an_lm_head(always_stage, dtype_mode):
+    """The GPT-2 head's backward in small: grad_out's rows unaligned, and its product with
+    mat2.T of the split-K kernel's shape (40x24, K = 601), but an odd K along which both
+    operands are contiguous: the plain kernel (``configs.k_masks_vectorize``)."""
+    assert kernel.wants_split_k(40, 24, 601)
+    bias = make((40, 601), dtype_mode)
+    a, b = make((40, 24), dtype_mode), make((24, 601), dtype_mode)
+    check_addmm(bias, a, b)
+    assert (40, 601) in always_stage
+    assert kernel.split_k_kernel not in {key[0] for key in kernel._compiled}
+
+
+def test_k_masks_vectorize():
+    rows = torch.empty(64, 600, dtype=torch.bfloat16)  # K of 1200 bytes
+    odd = torch.empty(64, 601, dtype=torch.bfloat16)
+    assert configs.k_masks_vectorize(rows, rows.T)
+    assert not configs.k_masks_vectorize(odd, odd.T)  # both contiguous along K
+    assert not configs.k_masks_vectorize(odd, torch.empty(601, 64, dtype=torch.bfloat16))
+    assert configs.k_masks_vectorize(odd.T.contiguous().T, torch.empty(601, 64))  # neither
