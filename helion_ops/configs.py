@@ -199,7 +199,8 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
-    config = model.choose(*mnks[0], key[4], aligned_product(a, b), sm_count(device))
+    tma_only = not k_masks_vectorize(a, b)
+    config = model.choose(*mnks[0], key[4], aligned_product(a, b), sm_count(device), tma_only)
     if config is None:
         return bound_kernel.config_spec.default_config()
     return unflattened(config) if epilogue == "bias" else config

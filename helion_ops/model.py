@@ -147,20 +147,39 @@ class Model:
         return factor * sum(c * f for c, f in zip(coefficients, x, strict=True))
 
     def choose(
-        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+        self,
+        m: int,
+        n: int,
+        k: int,
+        layout: str,
+        aligned: bool,
+        sms: int,
+        tma_only: bool = False,
     ) -> helion.Config | None:
         """The candidate of least predicted time, or None where none has a fit."""
-        plain = self.best_plain(m, n, k, layout, aligned, sms)
+        plain = self.best_plain(m, n, k, layout, aligned, sms, tma_only)
         return None if plain is None else plain[1]
 
     def best_plain(
-        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+        self,
+        m: int,
+        n: int,
+        k: int,
+        layout: str,
+        aligned: bool,
+        sms: int,
+        tma_only: bool = False,
     ) -> tuple[float, helion.Config] | None:
-        """(predicted ms, candidate) of the fastest candidate, or None where none has a fit."""
+        """(predicted ms, candidate) of the fastest candidate, or None where none has a fit.
+
+        ``tma_only``: among the candidates with tensor descriptors only, for a K whose masks
+        would not vectorize pointer loads (``configs.k_masks_vectorize``): the fit, made on
+        K of whole 16 bytes, does not hold for pointer loads there."""
         times = [
             (t, i)
-            for i in range(len(self.candidates))
-            if (t := self.predict(i, m, n, k, layout, aligned, sms)) is not None
+            for i, candidate in enumerate(self.candidates)
+            if not (tma_only and candidate.config.get("indexing") != "tensor_descriptor")
+            and (t := self.predict(i, m, n, k, layout, aligned, sms)) is not None
         ]
         return (min(times)[0], self.candidates[min(times)[1]]) if times else None
 

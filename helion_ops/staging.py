@@ -19,6 +19,7 @@ import torch
 from helion_ops.configs import (
     config_key,
     gpu_arch,
+    k_masks_vectorize,
     product_mnk,
     sm_count,
     table_config,
@@ -91,16 +92,27 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
     if model is None or table_config(tuned_table(arch), table_key, "plain") is not None:
         return False
     copies = [t.numel() * t.element_size() for t in (a, b) if not tma_aligned(t)]
-    return staging_pays(model, *product_mnk(a, b), table_key[4], copies, sm_count(a.device))
+    shape = (*product_mnk(a, b), table_key[4])
+    tma_only = not k_masks_vectorize(a, b)
+    return staging_pays(model, *shape, copies, sm_count(a.device), tma_only)
 
 
 def staging_pays(
-    model: Model, m: int, n: int, k: int, layout: str, copies: Sequence[int], sms: int
+    model: Model,
+    m: int,
+    n: int,
+    k: int,
+    layout: str,
+    copies: Sequence[int],
+    sms: int,
+    tma_only: bool = False,
 ) -> bool:
     """Whether the model predicts ``m x n x k`` (operand ``layout``) faster from aligned
-    operands, after copying the unaligned ones (``copies``: their sizes in bytes)."""
+    operands, after copying the unaligned ones (``copies``: their sizes in bytes).
+    ``tma_only``: the staged product chooses among tensor-descriptor candidates only (see
+    ``Model.best_plain``)."""
     unstaged = model.best_plain(m, n, k, layout, False, sms)
-    aligned = model.best_plain(m, n, k, layout, True, sms)
+    aligned = model.best_plain(m, n, k, layout, True, sms, tma_only)
     if unstaged is None or aligned is None:
         return False
     copy_ms = sum(COPY_MS + COPY_MS_PER_BYTE * size for size in copies)

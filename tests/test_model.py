@@ -117,6 +117,17 @@ def test_the_shipped_model_loads_and_chooses_for_any_shape():
     assert small[0] * small[1] <= 128 * 128
 
 
+def test_an_odd_k_chooses_among_tensor_descriptor_candidates():
+    """32768x1024x479 staged (rows aligned, K of 958 bytes): the fit's choice is a pointer
+    candidate, whose K masks would load element by element (measured on the H200: 0.22 ms
+    against 0.10 with tensor descriptors); ``tma_only`` leaves it out."""
+    shipped = model.shipped_model("sm90")
+    free = shipped.choose(32768, 1024, 479, "rr", True, SMS)
+    assert free.config["indexing"] == "pointer"
+    chosen = shipped.choose(32768, 1024, 479, "rr", True, SMS, tma_only=True)
+    assert chosen.config["indexing"] == "tensor_descriptor"
+
+
 @pytest.mark.parametrize(
     "m,n,k,split",
     [
