@@ -132,6 +132,23 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
+def test_an_odd_k_runs_staged_on_tensor_descriptors(monkeypatch):
+    """K = 479 (rows of 958 bytes): the forward's mat1 staged, and the model's choice among
+    tensor-descriptor candidates (a pointer one would load K element by element); forward
+    and both grads against float64."""
+    chosen = []
+    choose_config = configs.choose_config
+    monkeypatch.setattr(
+        configs,
+        "choose_config",
+        lambda bound, *operands: chosen.append(choose_config(bound, *operands)) or chosen[-1],
+    )
+    kernel.reset()
+    a, b = make((32768, 479), torch.bfloat16), make((479, 1024), torch.bfloat16)
+    check_matmul(a, b)
+    assert chosen[0].config["indexing"] == "tensor_descriptor"
+
+
 @pytest.mark.parametrize("m,n,k", [(2960, 2960, 2960), (1408 + 100, 1536, 1536)], ids=str)
 def test_a_product_with_a_partial_last_wave_splits_it(monkeypatch, m, n, k):
     """Shapes (in no table) whose last wave the model splits over K, under a CUDA graph
