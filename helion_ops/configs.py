@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
     from helion.runtime.kernel import BoundKernel
 
+    from helion_ops.model import Model
+
 AUTOTUNE_ENV = "HELION_OPS_AUTOTUNE"
 # A table of the user's own (JSON, the shipped table's format) read over the shipped one.
 TABLE_ENV = "HELION_OPS_TABLE"
@@ -235,33 +237,43 @@ SMALLEST_WAVE = 132 * 64 * 32
 
 def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     """Whether ``a @ b`` splits its last wave, or None (the plain kernel). Only fp16 and bf16
-    products without a table entry, on a GPU with a model, where the model predicts the split
-    faster (``Model.plan``); decided once per (shapes, strides, alignment, dtype, device)."""
-    if (
-        not a.is_cuda
-        or a.dtype == torch.float32
-        or a.shape[0] * b.shape[1] < SMALLEST_WAVE
-        or not k_masks_vectorize(a, b)
-    ):
+    products without a table entry, on a GPU with a model, whose K masks vectorize
+    (``k_masks_vectorize``), where the model predicts the split faster (``Model.plan``);
+    decided once per ``operands_key``."""
+    if not a.is_cuda or a.dtype == torch.float32 or a.shape[0] * b.shape[1] < SMALLEST_WAVE:
         # fp32 and the CPU never split; below one wave of the smallest tiles nothing to keep.
         return None
-    alignment = (a.data_ptr() % 16, b.data_ptr() % 16)
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, alignment)
+    key = operands_key(a, b)
     if key in _last_wave_splits:
         return _last_wave_splits[key]
     split = None
-    arch = gpu_arch(a.device)
-    model = shipped_model(arch)
-    table_key = config_key(a, b)
-    if model is not None and table_config(tuned_table(arch), table_key, "plain") is None:
+    model = model_without_entry(a, b)
+    if model is not None and k_masks_vectorize(a, b):
         m, n, k = product_mnk(a, b)
-        shape = (m, n, k, table_key[4], aligned_product(a, b), sm_count(a.device))
+        shape = (m, n, k, config_key(a, b)[4], aligned_product(a, b), sm_count(a.device))
         plan = model.plan(*shape)
         if plan is not None and plan[1] < m:
             plain = model.best_plain(*shape)
             split = LastWaveSplit(plan[1], plain is not None and plain[0] >= EAGER_SPLIT_MS)
     _last_wave_splits[key] = split
     return split
+
+
+def operands_key(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    """What a decision about ``a @ b`` may depend on: each operand's sizes, strides and
+    16-byte alignment, the dtype and the device."""
+    alignment = (a.data_ptr() % 16, b.data_ptr() % 16)
+    return a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, alignment
+
+
+def model_without_entry(a: torch.Tensor, b: torch.Tensor) -> Model | None:
+    """The wave model of ``a``'s GPU where its table has no plain entry for ``a @ b`` (an
+    entry overrides the model), else None."""
+    arch = gpu_arch(a.device)
+    model = shipped_model(arch)
+    if model is None or table_config(tuned_table(arch), config_key(a, b), "plain") is not None:
+        return None
+    return model
 
 
 def last_wave_config(

@@ -51,6 +51,7 @@ from triton.runtime.errors import OutOfResources
 from helion_ops.configs import (
     k_masks_vectorize,
     last_wave_split,
+    operands_key,
     product_mnk,
     select_config,
     tuned_pair,
@@ -711,10 +712,8 @@ def launch_addmm(
             return launch_last_wave(bias, a, b, alpha, beta, split.rows)
         # Eager calls of a product that splits under a capture run the plain kernel; the
         # first also compiles the split (its result unused), which a capture should not do.
-        split_key = (
-            a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device, a.data_ptr() % 16,
-            b.data_ptr() % 16, bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16),
-        )  # fmt: skip
+        bias_key = bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16)
+        split_key = (*operands_key(a, b), bias_key)
         if split_key not in _splits_compiled:
             _splits_compiled.add(split_key)
             launch_last_wave(bias, a, b, alpha, beta, split.rows)

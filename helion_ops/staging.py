@@ -18,15 +18,13 @@ import torch
 
 from helion_ops.configs import (
     config_key,
-    gpu_arch,
     k_masks_vectorize,
+    model_without_entry,
+    operands_key,
     product_mnk,
     sm_count,
-    table_config,
     tma_aligned,
-    tuned_table,
 )
-from helion_ops.model import shipped_model
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -73,12 +71,10 @@ def staged(
 def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
-    without a table entry on a GPU with a model; decided once per (shapes, strides,
-    alignment, dtype, device)."""
+    without a table entry on a GPU with a model; decided once per ``operands_key``."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
-    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device)
-    key += (a.data_ptr() % 16, b.data_ptr() % 16)
+    key = operands_key(a, b)
     decision = _decisions.get(key)
     if decision is None:
         decision = _decisions[key] = _predicted_faster(a, b)
@@ -86,13 +82,11 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
-    arch = gpu_arch(a.device)
-    model = shipped_model(arch)
-    table_key = config_key(a, b)
-    if model is None or table_config(tuned_table(arch), table_key, "plain") is not None:
+    model = model_without_entry(a, b)
+    if model is None:
         return False
     copies = [t.numel() * t.element_size() for t in (a, b) if not tma_aligned(t)]
-    shape = (*product_mnk(a, b), table_key[4])
+    shape = (*product_mnk(a, b), config_key(a, b)[4])
     tma_only = not k_masks_vectorize(a, b)
     return staging_pays(model, *shape, copies, sm_count(a.device), tma_only)
 
