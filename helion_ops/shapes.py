@@ -25,7 +25,9 @@ ADDMM_SHAPES = [
 # The model's training grid: sizes of no particular model, spread on a log scale from 384 to
 # 48k rows and columns and K from 512 to 11k, so that tile counts land anywhere between
 # a fraction of a wave and many waves, with tails; three shapes with sizes whose rows are not
-# 16-byte aligned (tensor descriptors fall back to pointers there); and some target shapes.
+# 16-byte aligned (tensor descriptors fall back to pointers there); sizes that are multiples
+# of 8 but not of 64 (rows 16-byte aligned but not 128-byte, as in sizes such as 1000 or 3000
+# that users bring), in every dimension or in one; and some target shapes.
 TRAINING_SHAPES = [
     (640, 640, 640),
     (896, 1152, 2304),
@@ -49,6 +51,21 @@ TRAINING_SHAPES = [
     (2500, 1700, 1203),
     (1201, 3001, 2047),
     (7001, 999, 1500),
+    (1096, 1096, 1096),
+    (1720, 1720, 1720),
+    (2600, 2600, 2600),
+    (3400, 3400, 3400),
+    (4400, 2600, 1400),
+    (2200, 4600, 2600),
+    (6200, 1800, 1200),
+    (1400, 6200, 3800),
+    (9800, 3400, 1800),
+    (4600, 9800, 2200),
+    (24200, 760, 1400),
+    (2304, 3400, 2304),
+    (3400, 2304, 1400),
+    (4608, 4608, 1800),
+    (1800, 2816, 4608),
     (512, 512, 512),
     (1024, 1024, 1024),
     (2048, 2048, 2048),

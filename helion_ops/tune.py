@@ -120,11 +120,13 @@ def keys_of(
     return keys
 
 
-def training_keys(dtype: str) -> list[tuple[int, int, int, str, str, str]]:
-    """The model's training keys: the three single products of every training shape,
-    except those the split-K kernel takes (the model does not choose for it)."""
+def training_keys(
+    dtype: str, shapes: list[tuple[int, int, int]] | None = None
+) -> list[tuple[int, int, int, str, str, str]]:
+    """The model's training keys: the three single products of every training shape (or of
+    ``shapes``), except those the split-K kernel takes (the model does not choose for it)."""
     keys = []
-    for shape in TRAINING_SHAPES:
+    for shape in shapes or TRAINING_SHAPES:
         for _, (m, n, k), layout in matmuls_of(*shape)[:3]:
             key = (m, n, k, dtype, layout, "plain")
             if not wants_split_k(m, n, k) and key not in keys:
@@ -340,8 +342,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--training",
         type=Path,
         metavar="RECORDS",
-        help="time the model's candidates on its training grid into RECORDS (JSON lines; "
-        "fit with python -m helion_ops.model RECORDS); writes no table",
+        help="time the model's candidates on its training grid (or on the --shape shapes) "
+        "into RECORDS (JSON lines; fit with python -m helion_ops.model RECORDS); writes no table",
     )
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
@@ -365,7 +367,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.training:
-        selected = training_keys(args.dtype)
+        selected = training_keys(args.dtype, args.shape)
     else:
         selected = keys_of(args.only, args.shape, args.dtype, args.epilogue)
     if not selected:
