@@ -38,7 +38,7 @@ from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
 from helion_ops.candidates import split_config
-from helion_ops.model import k_block, shipped_model, tail_split
+from helion_ops.model import LINE_BYTES, k_block, shipped_model, tail_split
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -202,7 +202,14 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
     tma_only = not k_masks_vectorize(a, b)
-    config = model.choose(*mnks[0], key[4], aligned_product(a, b), sm_count(device), tma_only)
+    config = model.choose(
+        *mnks[0],
+        key[4],
+        aligned_product(a, b),
+        sm_count(device),
+        tma_only,
+        off_lines=rows_off_lines(a, b),
+    )
     if config is None:
         return bound_kernel.config_spec.default_config()
     return unflattened(config) if epilogue == "bias" else config
@@ -213,6 +220,13 @@ def aligned_product(a: torch.Tensor, b: torch.Tensor) -> bool:
     (An output of unaligned rows, as from operands staged by ``helion_ops.staging``, only
     stores by pointer: one store per tile, against every K step's loads.)"""
     return tma_aligned(a, b)
+
+
+def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
+    """The model's ``off_lines`` of ``a @ b``: whether ``a``'s and ``b``'s rows (columns,
+    where column-major) start off 128-byte lines, their leading stride in bytes not a
+    multiple of ``model.LINE_BYTES``."""
+    return tuple(max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in (a, b))
 
 
 class LastWaveSplit(NamedTuple):
@@ -251,9 +265,10 @@ def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     if model is not None and k_masks_vectorize(a, b):
         m, n, k = product_mnk(a, b)
         shape = (m, n, k, config_key(a, b)[4], aligned_product(a, b), sm_count(a.device))
-        plan = model.plan(*shape)
+        off_lines = rows_off_lines(a, b)
+        plan = model.plan(*shape, off_lines)
         if plan is not None and plan[1] < m:
-            plain = model.best_plain(*shape)
+            plain = model.best_plain(*shape, off_lines=off_lines)
             split = LastWaveSplit(plan[1], plain is not None and plain[0] >= EAGER_SPLIT_MS)
     _last_wave_splits[key] = split
     return split
@@ -296,7 +311,8 @@ def last_wave_config(
     layout = config_key(x_full, y)[4]
     model = shipped_model(gpu_arch(x_full.device))
     shape = (m, n, k, layout, aligned_product(x_full, y), sms)
-    best = model.best_split(*shape) or model.best_plain(*shape)
+    off_lines = rows_off_lines(x_full, y)
+    best = model.best_split(*shape, off_lines) or model.best_plain(*shape, off_lines=off_lines)
     chosen = best[1].config
     bm, bn, bk = chosen["block_sizes"]
     tail_tiles = math.ceil((m - rows) / bm) * math.ceil(n / bn)

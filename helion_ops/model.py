@@ -18,8 +18,13 @@ squares on relative error over the aligned shapes of a training grid
 Operands whose rows are not 16-byte aligned cannot use tensor descriptors (Helion silently
 falls back to pointer indexing, and every load is masked), so each candidate also gets one
 factor for them: the geometric mean of measured over predicted time on the unaligned
-training shapes. ``python -m helion_ops.model`` does the fit and reports how well the choice
-holds on shapes left out of it.
+training shapes. Rows that are 16-byte aligned but start off 128-byte lines (sizes such as 1000
+or 3000 that are multiples of 8 elements but not of 64, in bf16) cost more too, the more the
+smaller the tile and for pointer loads more than for tensor descriptors (H200, bf16: 1.0-1.3x
+for each such operand): each candidate gets one factor for ``a`` and one for ``b`` off lines
+(``dense_off_lines``), fit by least squares on the logarithm of measured over predicted time on the
+training shapes of such sizes. (The output's rows cost nothing measurable.) ``python -m
+helion_ops.model`` does the fit and reports how well the choice holds on shapes left out of it.
 
 The choice (``Model.plan``): the candidate of least predicted time, or, where a product's
 last wave of tiles leaves SMs idle and splitting it over K in the same launch is predicted
@@ -36,6 +41,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 import helion
+import torch
 
 from helion_ops.candidates import config
 
@@ -116,35 +122,73 @@ def tail_split(tiles: int, k: int, sms: int) -> tuple[int, int]:
     return block, math.ceil(k / block)
 
 
+# The line whose start makes an operand's rows cheapest to load (an L2 cache line).
+LINE_BYTES = 128
+
+
+def dense_off_lines(m: int, n: int, k: int, layout: str, itemsize: int) -> tuple[bool, bool]:
+    """Whether the rows (columns, where column-major) of a dense product's ``a`` and ``b``
+    start off ``LINE_BYTES`` lines: their leading dimension times the element size is not a
+    multiple of it."""
+    a_rows = k if layout[0] == "r" else m
+    b_rows = n if layout[1] == "r" else k
+    return a_rows * itemsize % LINE_BYTES != 0, b_rows * itemsize % LINE_BYTES != 0
+
+
 def layout_class(layout: str) -> str:
     """The layout whose fit a product uses: its own for 'rr', 'rc' and 'cr'; 'rr' otherwise."""
     return layout if layout in ("rr", "rc", "cr") else "rr"
 
 
+NO_LINES = (False, False)
+
+
 class Model:
-    """Fitted (a, b, c) per candidate and layout, and each candidate's factor for unaligned
-    operands; ``choose`` picks a config."""
+    """Fitted (a, b, c) per candidate and layout, and each candidate's factors for unaligned
+    operands and for operands off lines; ``choose`` picks a config.
+
+    The methods take a product as (m, n, k, layout, aligned, sms): ``aligned`` whether its
+    operands are 16-byte aligned (``configs.tma_aligned``), and the keyword ``off_lines``
+    whether ``a``'s and ``b``'s rows start off 128-byte lines (``dense_off_lines``,
+    ``configs.rows_off_lines``; read only where aligned)."""
 
     def __init__(
         self,
         candidates: Sequence[helion.Config],
         params: Sequence[dict],
         unaligned: Sequence[float | None],
+        off_line: Sequence[Sequence[float]] | None = None,
     ) -> None:
         self.candidates = list(candidates)
         self.params = list(params)  # per candidate: {layout: [a, b, c]}
         self.unaligned = list(unaligned)  # per candidate: a factor, or None (never measured)
+        # Per candidate: the factors for a's and b's rows off lines (1.0: never measured).
+        self.off_line = [list(f) for f in off_line or [(1.0, 1.0)] * len(self.candidates)]
 
     def predict(
-        self, index: int, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+        self,
+        index: int,
+        m: int,
+        n: int,
+        k: int,
+        layout: str,
+        aligned: bool,
+        sms: int,
+        off_lines: tuple[bool, bool] = NO_LINES,
     ) -> float | None:
         """Predicted milliseconds of candidate ``index``, or None where it has no fit."""
         coefficients = self.params[index].get(layout_class(layout))
-        factor = 1.0 if aligned else self.unaligned[index]
+        factor = self.factor(index, aligned, off_lines)
         if coefficients is None or factor is None:
             return None
         x = features(self.candidates[index], m, n, k, sms)
         return factor * sum(c * f for c, f in zip(coefficients, x, strict=True))
+
+    def factor(self, index: int, aligned: bool, off_lines: tuple[bool, bool]) -> float | None:
+        """Candidate ``index``'s factor for the operands' alignment, or None (no fit)."""
+        if not aligned:
+            return self.unaligned[index]
+        return math.prod(f for f, off in zip(self.off_line[index], off_lines, strict=True) if off)
 
     def choose(
         self,
@@ -155,9 +199,10 @@ class Model:
         aligned: bool,
         sms: int,
         tma_only: bool = False,
+        off_lines: tuple[bool, bool] = NO_LINES,
     ) -> helion.Config | None:
         """The candidate of least predicted time, or None where none has a fit."""
-        plain = self.best_plain(m, n, k, layout, aligned, sms, tma_only)
+        plain = self.best_plain(m, n, k, layout, aligned, sms, tma_only, off_lines)
         return None if plain is None else plain[1]
 
     def best_plain(
@@ -169,6 +214,7 @@ class Model:
         aligned: bool,
         sms: int,
         tma_only: bool = False,
+        off_lines: tuple[bool, bool] = NO_LINES,
     ) -> tuple[float, helion.Config] | None:
         """(predicted ms, candidate) of the fastest candidate, or None where none has a fit.
 
@@ -179,19 +225,26 @@ class Model:
             (t, i)
             for i, candidate in enumerate(self.candidates)
             if not (tma_only and candidate.config.get("indexing") != "tensor_descriptor")
-            and (t := self.predict(i, m, n, k, layout, aligned, sms)) is not None
+            and (t := self.predict(i, m, n, k, layout, aligned, sms, off_lines)) is not None
         ]
         return (min(times)[0], self.candidates[min(times)[1]]) if times else None
 
     def best_split(
-        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+        self,
+        m: int,
+        n: int,
+        k: int,
+        layout: str,
+        aligned: bool,
+        sms: int,
+        off_lines: tuple[bool, bool] = NO_LINES,
     ) -> tuple[float, helion.Config, int] | None:
         """(predicted ms, candidate, rows in whole waves) of the fastest candidate with its
         last wave split over K (``last_wave``), or None where no candidate has one."""
         best = None
         for i, candidate in enumerate(self.candidates):
             coefficients = self.params[i].get(layout_class(layout))
-            factor = 1.0 if aligned else self.unaligned[i]
+            factor = self.factor(i, aligned, off_lines)
             waves = last_wave(candidate, m, n, k, sms)
             if coefficients is None or factor is None or waves is None:
                 continue
@@ -203,16 +256,23 @@ class Model:
         return best
 
     def plan(
-        self, m: int, n: int, k: int, layout: str, aligned: bool, sms: int
+        self,
+        m: int,
+        n: int,
+        k: int,
+        layout: str,
+        aligned: bool,
+        sms: int,
+        off_lines: tuple[bool, bool] = NO_LINES,
     ) -> tuple[helion.Config, int] | None:
         """How to run a product: a candidate, and the rows it runs in whole waves with the
         last wave split over K, or ``m`` (the plain kernel). The split is taken only where
         predicted ``LAST_WAVE_GAIN`` times the best plain candidate's time or less.
         None where no candidate has a fit."""
-        plain = self.best_plain(m, n, k, layout, aligned, sms)
+        plain = self.best_plain(m, n, k, layout, aligned, sms, off_lines=off_lines)
         if plain is None:
             return None
-        split = self.best_split(m, n, k, layout, aligned, sms)
+        split = self.best_split(m, n, k, layout, aligned, sms, off_lines)
         if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0]:
             return split[1], split[2]
         return plain[1], m
@@ -220,10 +280,14 @@ class Model:
     def to_json(self, **info: object) -> dict:
         return {
             **info,
-            "form": "ms = a * rounds * steps + b * rounds + c, times unaligned where unaligned",
+            "form": "ms = a * rounds * steps + b * rounds + c, times unaligned where "
+            "unaligned, else times off_lines[0] where a's rows are off lines and off_lines[1] "
+            "where b's are",
             "candidates": [
-                {"config": dict(c), "params": p, "unaligned": u}
-                for c, p, u in zip(self.candidates, self.params, self.unaligned, strict=True)
+                {"config": dict(c), "params": p, "unaligned": u, "off_lines": f}
+                for c, p, u, f in zip(
+                    self.candidates, self.params, self.unaligned, self.off_line, strict=True
+                )
             ],
         }
 
@@ -234,6 +298,7 @@ class Model:
             [helion.Config(**e["config"]) for e in entries],
             [e["params"] for e in entries],
             [e["unaligned"] for e in entries],
+            [e.get("off_lines", (1.0, 1.0)) for e in entries],
         )
 
 
@@ -262,9 +327,10 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
         for r in records
         if (k := json.dumps(r["config"], sort_keys=True)) in keys
     ]
+    lines = [record_off_lines(r) for _, r in mine]
     rows: dict[tuple[int, str], list[tuple[tuple[int, int, int], float]]] = {}
-    for index, r in mine:
-        if r["aligned"]:
+    for (index, r), off in zip(mine, lines, strict=True):
+        if r["aligned"] and not any(off):
             x = features(candidates[index], r["m"], r["n"], r["k"], r["sms"])
             rows.setdefault((index, r["layout"]), []).append((x, r["ms"]))
     params: list[dict] = [{} for _ in candidates]
@@ -276,15 +342,33 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
         params[index][layout] = [float(c) for c in coefficients]
     aligned_model = Model(candidates, params, [None] * len(candidates))
     logs: list[list[float]] = [[] for _ in candidates]
-    for index, r in mine:
+    lined: list[list[tuple[tuple[bool, bool], float]]] = [[] for _ in candidates]
+    for (index, r), off in zip(mine, lines, strict=True):
+        predicted = aligned_model.predict(
+            index, r["m"], r["n"], r["k"], r["layout"], True, r["sms"]
+        )
+        if not predicted:
+            continue
         if not r["aligned"]:
-            predicted = aligned_model.predict(
-                index, r["m"], r["n"], r["k"], r["layout"], True, r["sms"]
-            )
-            if predicted:
-                logs[index].append(math.log(r["ms"] / predicted))
+            logs[index].append(math.log(r["ms"] / predicted))
+        elif any(off):
+            lined[index].append((off, math.log(r["ms"] / predicted)))
     unaligned = [math.exp(sum(v) / len(v)) if v else None for v in logs]
-    return Model(candidates, params, unaligned)
+    off_line = [(1.0, 1.0)] * len(candidates)
+    for index, points in enumerate(lined):
+        if points:
+            # log(measured / predicted) = log(factor of a) * [a off] + log(factor of b) *
+            # [b off]; non-negative: a row off its line is never faster.
+            x = np.array([p[0] for p in points], dtype=float)
+            logs_of_ratio, _ = nnls(x, np.array([p[1] for p in points]))
+            off_line[index] = tuple(float(math.exp(v)) for v in logs_of_ratio)
+    return Model(candidates, params, unaligned, off_line)
+
+
+def record_off_lines(record: dict) -> tuple[bool, bool]:
+    """``dense_off_lines`` of a timing record's product."""
+    itemsize = getattr(torch, record["dtype"]).itemsize
+    return dense_off_lines(record["m"], record["n"], record["k"], record["layout"], itemsize)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -333,7 +417,9 @@ def evaluate(records: list[dict]) -> dict:
             timed = {json.dumps(r["config"], sort_keys=True): r["ms"] for r in here}
             best = min(timed.values())
             aligned = here[0].get("aligned", True)
-            chosen = model.choose(*shape, layout, aligned, here[0]["sms"])
+            chosen = model.choose(
+                *shape, layout, aligned, here[0]["sms"], off_lines=record_off_lines(here[0])
+            )
             got = timed.get(json.dumps(dict(chosen), sort_keys=True)) if chosen else None
             if got is None:
                 continue

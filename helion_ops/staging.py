@@ -7,7 +7,9 @@ for such operands are 2-8x the aligned time (``helion_ops.model``). Where a prod
 enough, one copy into a buffer whose rows are padded to 16 bytes pays for itself: on the H200
 (bf16) the GPT-2 head's ``a.T @ grad_out`` (768x50257x4096) took 1.30 ms unstaged and 0.56
 staged, plus 0.46 ms to copy ``grad_out`` (which both backward products read, so it is copied
-once). The output stays a contiguous tensor; only its store keeps pointer indexing.
+once). The copies' rows are padded to whole 128-byte lines, which the kernels load fastest
+(``helion_ops.model``). The output stays a contiguous tensor; only its store keeps pointer
+indexing.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from helion_ops.configs import (
     model_without_entry,
     operands_key,
     product_mnk,
+    rows_off_lines,
     sm_count,
     tma_aligned,
 )
+from helion_ops.model import LINE_BYTES, NO_LINES
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,14 +45,14 @@ _decisions: dict[tuple, bool] = {}
 
 
 def aligned_copy(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s values in a new buffer whose rows (columns for a column-major ``t``) start
-    16-byte aligned: the same layout, its leading dimension padded."""
+    """``t``'s values in a new buffer whose rows (columns for a column-major ``t``) start on
+    128-byte lines: the same layout, its leading dimension padded."""
     rows, cols = t.shape
-    per_16_bytes = max(1, 16 // t.element_size())
+    per_line = LINE_BYTES // t.element_size()
     if t.stride(0) == 1 and t.stride(1) != 1:  # column-major: pad the columns
-        padded = -(-rows // per_16_bytes) * per_16_bytes
+        padded = -(-rows // per_line) * per_line
         return t.new_empty((cols, padded))[:, :rows].T.copy_(t)
-    padded = -(-cols // per_16_bytes) * per_16_bytes
+    padded = -(-cols // per_line) * per_line
     return t.new_empty((rows, padded))[:, :cols].copy_(t)
 
 
@@ -88,7 +92,11 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
     copies = [t.numel() * t.element_size() for t in (a, b) if not tma_aligned(t)]
     shape = (*product_mnk(a, b), config_key(a, b)[4])
     tma_only = not k_masks_vectorize(a, b)
-    return staging_pays(model, *shape, copies, sm_count(a.device), tma_only)
+    # Copies start on lines; an operand not copied keeps its own rows.
+    off_lines = tuple(
+        off and tma_aligned(t) for off, t in zip(rows_off_lines(a, b), (a, b), strict=True)
+    )
+    return staging_pays(model, *shape, copies, sm_count(a.device), tma_only, off_lines)
 
 
 def staging_pays(
@@ -100,13 +108,14 @@ def staging_pays(
     copies: Sequence[int],
     sms: int,
     tma_only: bool = False,
+    off_lines: tuple[bool, bool] = NO_LINES,
 ) -> bool:
     """Whether the model predicts ``m x n x k`` (operand ``layout``) faster from aligned
     operands, after copying the unaligned ones (``copies``: their sizes in bytes).
     ``tma_only``: the staged product chooses among tensor-descriptor candidates only (see
-    ``Model.best_plain``)."""
+    ``Model.best_plain``); ``off_lines``: the staged product's (see ``Model``)."""
     unstaged = model.best_plain(m, n, k, layout, False, sms)
-    aligned = model.best_plain(m, n, k, layout, True, sms, tma_only)
+    aligned = model.best_plain(m, n, k, layout, True, sms, tma_only, off_lines)
     if unstaged is None or aligned is None:
         return False
     copy_ms = sum(COPY_MS + COPY_MS_PER_BYTE * size for size in copies)

@@ -49,12 +49,13 @@ BIG = config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
 SMALL = config(64, 64, 128, 4, 3, "flat", "pointer")
 
 
-def synthetic_records(params: dict, unaligned: dict) -> list[dict]:
-    """Timings that follow the model exactly, for two candidates on a grid of shapes."""
+def synthetic_records(params: dict, unaligned: dict, off_line: dict) -> list[dict]:
+    """Timings that follow the model exactly, for two candidates on a grid of shapes (bf16,
+    'rr': rows of K = 1000 put a off lines, of N = 5000 b)."""
     records = []
     for m in (512, 1024, 3000, 8192):
         for n in (256, 2048, 5000):
-            for k in (256, 1024, 4096):
+            for k in (256, 1000, 1024, 4096):
                 for candidate in (BIG, SMALL):
                     a, b, c = params[id(candidate)]
                     x = model.features(candidate, m, n, k, SMS)
@@ -62,11 +63,15 @@ def synthetic_records(params: dict, unaligned: dict) -> list[dict]:
                     aligned = k % 8 == 0 and (m, n) != (3000, 5000)
                     if not aligned:
                         ms *= unaligned[id(candidate)]
+                    else:
+                        a_off, b_off = off_line[id(candidate)]
+                        ms *= (a_off if k == 1000 else 1) * (b_off if n == 5000 else 1)
                     records.append(
                         {
                             "m": m,
                             "n": n,
                             "k": k,
+                            "dtype": "bfloat16",
                             "layout": "rr",
                             "aligned": aligned,
                             "sms": SMS,
@@ -78,13 +83,40 @@ def synthetic_records(params: dict, unaligned: dict) -> list[dict]:
     return records
 
 
-def test_the_fit_recovers_the_parameters_and_the_unaligned_factor():
+def test_the_fit_recovers_the_parameters_and_the_alignment_factors():
     params = {id(BIG): (7e-4, 3e-3, 2e-3), id(SMALL): (9e-5, 1e-3, 0.0)}
     unaligned = {id(BIG): 1.5, id(SMALL): 1.1}
-    fitted = model.fit(synthetic_records(params, unaligned), [BIG, SMALL])
+    off_line = {id(BIG): (1.05, 1.2), id(SMALL): (1.3, 1.0)}
+    fitted = model.fit(synthetic_records(params, unaligned, off_line), [BIG, SMALL])
     for i, candidate in enumerate((BIG, SMALL)):
         assert fitted.params[i]["rr"] == pytest.approx(params[id(candidate)], rel=1e-6, abs=1e-9)
+        assert fitted.off_line[i] == pytest.approx(off_line[id(candidate)])
     assert fitted.unaligned == pytest.approx([1.5, 1.1])
+
+
+def test_off_lines_reads_each_operands_leading_dimension():
+    assert model.dense_off_lines(3000, 3000, 3000, "rr", 2) == (True, True)
+    assert model.dense_off_lines(3000, 4096, 1024, "rr", 2) == (False, False)  # M is no row
+    assert model.dense_off_lines(3000, 4096, 1024, "cr", 2) == (True, False)  # a.T: M is
+    assert model.dense_off_lines(4096, 4096, 1000, "rc", 2) == (True, True)  # K both
+    assert model.dense_off_lines(4096, 4096, 1000, "rc", 4) == (True, True)
+    assert model.dense_off_lines(4096, 4096, 1056, "rc", 4) == (False, False)  # 32 fp32 a line
+    a, b = torch.empty(64, 1000), torch.empty(3000, 1024).T[:1000]
+    assert configs.rows_off_lines(a, torch.empty(1000, 64)) == (True, False)
+    # a.T's columns are a's rows; b is a slice whose columns keep the lines of 1024.
+    assert configs.rows_off_lines(a.T, b) == (True, False)
+
+
+def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
+    """On the H200 off-line rows cost pointer loads of small tiles 1.1-1.9x and tensor
+    descriptors of 128x256 tiles 1.0-1.2x (training shapes of sizes 1096-24200 that are
+    multiples of 8, not 64): 2000^3's forward took a pointer candidate before they were
+    fit."""
+    shipped = model.shipped_model("sm90")
+    lines = model.dense_off_lines(2000, 2000, 2000, "rr", 2)
+    chosen = shipped.choose(2000, 2000, 2000, "rr", True, SMS, off_lines=lines)
+    assert chosen.config["indexing"] == "tensor_descriptor"
+    assert shipped.off_line[shipped.candidates.index(chosen)][1] < 1.25
 
 
 def test_the_choice_follows_waves():

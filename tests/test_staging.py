@@ -27,6 +27,7 @@ def test_aligned_copy(dtype, make_view):
     copy = staging.aligned_copy(t)
     assert not configs.tma_aligned(t)
     assert configs.tma_aligned(copy)
+    assert configs.rows_off_lines(copy, copy) == (False, False)  # padded to whole lines
     assert torch.equal(copy, t)
     assert copy.data_ptr() != t.data_ptr()
     if 1 in t.stride():  # the layout kept: a transposed view stays one
