@@ -201,7 +201,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
-    tma_only = not k_masks_vectorize(a, b)
+    tma_only = not masks_vectorize(a, b)
     config = model.choose(
         *mnks[0],
         key[4],
@@ -343,9 +343,29 @@ def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
     contiguous along K, the mask differs from element to element and each is loaded alone
     (no vector loads, no asynchronous copies). On the H200 (bf16) the GPT-2 head's
     ``grad_out @ mat2.T`` (4096x768, K = 50257, staged) took 2.4-3.7 ms split-K and 1.5-2.0
-    with its last wave split, against 0.61 ms on the plain kernel with tensor descriptors."""
+    with its last wave split, against 0.61 on the plain kernel with tensor descriptors."""
     k_contiguous = a.stride(1) == 1 or b.stride(0) == 1
     return not k_contiguous or (a.shape[1] * a.element_size()) % 16 == 0
+
+
+def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the plain kernel's pointer loads of ``a`` and ``b`` vectorize: along each
+    operand's contiguous dimension the size is a whole number of 16 bytes. Else the bounds
+    mask of the last tile along it differs from element to element, and every load is of one
+    element: the model's fit (on sizes of whole 16 bytes) does not hold for pointer candidates
+    there, so it chooses among tensor descriptors (``Model.best_plain``'s ``tma_only``),
+    which need no mask. On the H200 (bf16) the GPT-2 head's forward, staged (N = 50257
+    along b's rows), took 2.15 ms on a pointer candidate and 0.68 on tensor descriptors."""
+    size = a.element_size()
+    m, k = a.shape
+    n = b.shape[1]
+    contiguous = [
+        length
+        for t, (rows, cols) in ((a, (m, k)), (b, (k, n)))
+        for length, stride in ((cols, t.stride(1)), (rows, t.stride(0)))
+        if stride == 1
+    ]
+    return all(length * size % 16 == 0 for length in contiguous)
 
 
 def tma_aligned(*tensors: torch.Tensor) -> bool:

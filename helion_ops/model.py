@@ -219,8 +219,8 @@ class Model:
         """(predicted ms, candidate) of the fastest candidate, or None where none has a fit.
 
         ``tma_only``: among the candidates with tensor descriptors only, for a K whose masks
-        would not vectorize pointer loads (``configs.k_masks_vectorize``): the fit, made on
-        K of whole 16 bytes, does not hold for pointer loads there."""
+        would not vectorize pointer loads (``configs.masks_vectorize``): the fit, made on
+        sizes of whole 16 bytes, does not hold for pointer loads there."""
         times = [
             (t, i)
             for i, candidate in enumerate(self.candidates)

@@ -20,7 +20,7 @@ import torch
 
 from helion_ops.configs import (
     config_key,
-    k_masks_vectorize,
+    masks_vectorize,
     model_without_entry,
     operands_key,
     product_mnk,
@@ -91,7 +91,7 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     copies = [t.numel() * t.element_size() for t in (a, b) if not tma_aligned(t)]
     shape = (*product_mnk(a, b), config_key(a, b)[4])
-    tma_only = not k_masks_vectorize(a, b)
+    tma_only = not masks_vectorize(a, b)
     # Copies start on lines; an operand not copied keeps its own rows.
     off_lines = tuple(
         off and tma_aligned(t) for off, t in zip(rows_off_lines(a, b), (a, b), strict=True)

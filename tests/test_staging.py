@@ -147,3 +147,15 @@ def test_k_masks_vectorize():
     assert not configs.k_masks_vectorize(odd, odd.T)  # both contiguous along K
     assert not configs.k_masks_vectorize(odd, torch.empty(601, 64, dtype=torch.bfloat16))
     assert configs.k_masks_vectorize(odd.T.contiguous().T, torch.empty(601, 64))  # neither
+
+
+def test_masks_vectorize_reads_every_contiguous_dimension():
+    bf16 = {"dtype": torch.bfloat16}
+    a, odd_n = torch.empty(64, 768, **bf16), torch.empty(768, 50304, **bf16)[:, :50257]
+    assert configs.masks_vectorize(a, torch.empty(768, 512, **bf16))
+    assert not configs.masks_vectorize(a, odd_n)  # the GPT-2 head's forward, staged: N
+    assert configs.masks_vectorize(a, odd_n.T.contiguous().T)  # contiguous along K = 768
+    assert not configs.masks_vectorize(torch.empty(601, 64, **bf16).T, a.T)  # a.T along M
+    assert not configs.masks_vectorize(torch.empty(64, 601, **bf16), torch.empty(601, 64, **bf16))
+    fp32 = torch.empty(64, 604)  # K of 2416 bytes, a whole number of 16 in fp32
+    assert configs.masks_vectorize(fp32, fp32.T)
