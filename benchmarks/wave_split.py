@@ -36,22 +36,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     model = configs.shipped_model(configs.gpu_arch(torch.device("cuda")))
-    sms = configs.sm_count(torch.device("cuda"))
     rows = []
     print("product layout rows | predicted split/plain | us: aten plain split | split/plain")
     for m, n, k in args.shape:
         for layout in ("rr", "rc", "cr"):
             a, b = operands(m, n, k, layout, dtype)
-            product = (*configs.product_mnk(a, b), layout, configs.aligned_product(a, b), sms)
-            off_lines = configs.rows_off_lines(a, b)
-            split = model.best_split(*product, off_lines)
+            product = configs.model_product(a, b)
+            split = model.best_split(product)
             row = {"m": m, "n": n, "k": k, "layout": layout, "rows": split and split[2]}
             row["aten_us"] = bench(lambda a=a, b=b: torch.mm(a, b))
             row["plain_us"] = bench(
                 lambda a=a, b=b: kernel._run(kernel.matmul_kernel, (a, b, kernel.scaled(1.0)))
             )
             if split is not None:
-                row["predicted"] = split[0] / model.best_plain(*product, off_lines=off_lines)[0]
+                row["predicted"] = split[0] / model.best_plain(product)[0]
                 row["split_us"] = bench(
                     lambda a=a, b=b, r=split[2]: kernel.launch_last_wave(None, a, b, 1.0, 0.0, r)
                 )

@@ -38,7 +38,7 @@ from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
 from helion_ops.candidates import split_config
-from helion_ops.model import LINE_BYTES, k_block, shipped_model, tail_split
+from helion_ops.model import LINE_BYTES, Product, k_block, shipped_model, tail_split
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -201,15 +201,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
-    tma_only = not masks_vectorize(a, b)
-    config = model.choose(
-        *mnks[0],
-        key[4],
-        aligned_product(a, b),
-        sm_count(device),
-        tma_only,
-        off_lines=rows_off_lines(a, b),
-    )
+    config = model.choose(model_product(a, b), tma_only=not masks_vectorize(a, b))
     if config is None:
         return bound_kernel.config_spec.default_config()
     return unflattened(config) if epilogue == "bias" else config
@@ -220,6 +212,13 @@ def aligned_product(a: torch.Tensor, b: torch.Tensor) -> bool:
     (An output of unaligned rows, as from operands staged by ``helion_ops.staging``, only
     stores by pointer: one store per tile, against every K step's loads.)"""
     return tma_aligned(a, b)
+
+
+def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
+    """``a @ b`` as the wave model sees it."""
+    layout = operand_layout(a) + operand_layout(b)
+    aligned, sms = aligned_product(a, b), sm_count(a.device)
+    return Product(*product_mnk(a, b), layout, aligned, sms, rows_off_lines(a, b))
 
 
 def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
@@ -263,12 +262,10 @@ def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     split = None
     model = model_without_entry(a, b)
     if model is not None and k_masks_vectorize(a, b):
-        m, n, k = product_mnk(a, b)
-        shape = (m, n, k, config_key(a, b)[4], aligned_product(a, b), sm_count(a.device))
-        off_lines = rows_off_lines(a, b)
-        plan = model.plan(*shape, off_lines)
-        if plan is not None and plan[1] < m:
-            plain = model.best_plain(*shape, off_lines=off_lines)
+        product = model_product(a, b)
+        plan = model.plan(product)
+        if plan is not None and plan[1] < product.m:
+            plain = model.best_plain(product)
             split = LastWaveSplit(plan[1], plain is not None and plain[0] >= EAGER_SPLIT_MS)
     _last_wave_splits[key] = split
     return split
@@ -307,16 +304,13 @@ def last_wave_config(
         config = interpreter_config((rows, n, k), (m - rows, n, k))
         config.config["split_k"] = 4
         return config
-    sms = sm_count(x_full.device)
-    layout = config_key(x_full, y)[4]
+    product = model_product(x_full, y)._replace(m=m)
     model = shipped_model(gpu_arch(x_full.device))
-    shape = (m, n, k, layout, aligned_product(x_full, y), sms)
-    off_lines = rows_off_lines(x_full, y)
-    best = model.best_split(*shape, off_lines) or model.best_plain(*shape, off_lines=off_lines)
+    best = model.best_split(product) or model.best_plain(product)
     chosen = best[1].config
     bm, bn, bk = chosen["block_sizes"]
     tail_tiles = math.ceil((m - rows) / bm) * math.ceil(n / bn)
-    block, _ = tail_split(tail_tiles, k, sms)
+    block, _ = tail_split(tail_tiles, k, product.sms)
     indexing = chosen.get("indexing", "pointer")
     return helion.Config(
         block_sizes=[bm, bn, bk, bm, bn, bk],

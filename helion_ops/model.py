@@ -38,7 +38,7 @@ import json
 import math
 import statistics
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import helion
 import torch
@@ -143,14 +143,24 @@ def layout_class(layout: str) -> str:
 NO_LINES = (False, False)
 
 
-class Model:
-    """Fitted (a, b, c) per candidate and layout, and each candidate's factors for unaligned
-    operands and for operands off lines; ``choose`` picks a config.
-
-    The methods take a product as (m, n, k, layout, aligned, sms): ``aligned`` whether its
-    operands are 16-byte aligned (``configs.tma_aligned``), and the keyword ``off_lines``
+class Product(NamedTuple):
+    """A product as the model sees it: ``m x n x k``, its operands' ``layout`` (e.g. 'rc'),
+    whether they are 16-byte ``aligned`` (``configs.tma_aligned``), the GPU's SM count, and
     whether ``a``'s and ``b``'s rows start off 128-byte lines (``dense_off_lines``,
     ``configs.rows_off_lines``; read only where aligned)."""
+
+    m: int
+    n: int
+    k: int
+    layout: str
+    aligned: bool
+    sms: int
+    off_lines: tuple[bool, bool] = NO_LINES
+
+
+class Model:
+    """Fitted (a, b, c) per candidate and layout, and each candidate's factors for unaligned
+    operands and for operands off lines; ``choose`` picks a config for a ``Product``."""
 
     def __init__(
         self,
@@ -165,86 +175,52 @@ class Model:
         # Per candidate: the factors for a's and b's rows off lines (1.0: never measured).
         self.off_line = [list(f) for f in off_line or [(1.0, 1.0)] * len(self.candidates)]
 
-    def predict(
-        self,
-        index: int,
-        m: int,
-        n: int,
-        k: int,
-        layout: str,
-        aligned: bool,
-        sms: int,
-        off_lines: tuple[bool, bool] = NO_LINES,
-    ) -> float | None:
+    def predict(self, index: int, product: Product) -> float | None:
         """Predicted milliseconds of candidate ``index``, or None where it has no fit."""
-        coefficients = self.params[index].get(layout_class(layout))
-        factor = self.factor(index, aligned, off_lines)
+        coefficients = self.params[index].get(layout_class(product.layout))
+        factor = self.factor(index, product)
         if coefficients is None or factor is None:
             return None
+        m, n, k, _, _, sms, _ = product
         x = features(self.candidates[index], m, n, k, sms)
         return factor * sum(c * f for c, f in zip(coefficients, x, strict=True))
 
-    def factor(self, index: int, aligned: bool, off_lines: tuple[bool, bool]) -> float | None:
+    def factor(self, index: int, product: Product) -> float | None:
         """Candidate ``index``'s factor for the operands' alignment, or None (no fit)."""
-        if not aligned:
+        if not product.aligned:
             return self.unaligned[index]
-        return math.prod(f for f, off in zip(self.off_line[index], off_lines, strict=True) if off)
+        offsets = zip(self.off_line[index], product.off_lines, strict=True)
+        return math.prod(f for f, off in offsets if off)
 
-    def choose(
-        self,
-        m: int,
-        n: int,
-        k: int,
-        layout: str,
-        aligned: bool,
-        sms: int,
-        tma_only: bool = False,
-        off_lines: tuple[bool, bool] = NO_LINES,
-    ) -> helion.Config | None:
+    def choose(self, product: Product, tma_only: bool = False) -> helion.Config | None:
         """The candidate of least predicted time, or None where none has a fit."""
-        plain = self.best_plain(m, n, k, layout, aligned, sms, tma_only, off_lines)
+        plain = self.best_plain(product, tma_only)
         return None if plain is None else plain[1]
 
     def best_plain(
-        self,
-        m: int,
-        n: int,
-        k: int,
-        layout: str,
-        aligned: bool,
-        sms: int,
-        tma_only: bool = False,
-        off_lines: tuple[bool, bool] = NO_LINES,
+        self, product: Product, tma_only: bool = False
     ) -> tuple[float, helion.Config] | None:
         """(predicted ms, candidate) of the fastest candidate, or None where none has a fit.
 
-        ``tma_only``: among the candidates with tensor descriptors only, for a K whose masks
+        ``tma_only``: among the candidates with tensor descriptors only, where some size
         would not vectorize pointer loads (``configs.masks_vectorize``): the fit, made on
         sizes of whole 16 bytes, does not hold for pointer loads there."""
         times = [
             (t, i)
             for i, candidate in enumerate(self.candidates)
             if not (tma_only and candidate.config.get("indexing") != "tensor_descriptor")
-            and (t := self.predict(i, m, n, k, layout, aligned, sms, off_lines)) is not None
+            and (t := self.predict(i, product)) is not None
         ]
         return (min(times)[0], self.candidates[min(times)[1]]) if times else None
 
-    def best_split(
-        self,
-        m: int,
-        n: int,
-        k: int,
-        layout: str,
-        aligned: bool,
-        sms: int,
-        off_lines: tuple[bool, bool] = NO_LINES,
-    ) -> tuple[float, helion.Config, int] | None:
+    def best_split(self, product: Product) -> tuple[float, helion.Config, int] | None:
         """(predicted ms, candidate, rows in whole waves) of the fastest candidate with its
         last wave split over K (``last_wave``), or None where no candidate has one."""
+        m, n, k, layout, _, sms, _ = product
         best = None
         for i, candidate in enumerate(self.candidates):
             coefficients = self.params[i].get(layout_class(layout))
-            factor = self.factor(i, aligned, off_lines)
+            factor = self.factor(i, product)
             waves = last_wave(candidate, m, n, k, sms)
             if coefficients is None or factor is None or waves is None:
                 continue
@@ -255,27 +231,18 @@ class Model:
                 best = (time, candidate, rows)
         return best
 
-    def plan(
-        self,
-        m: int,
-        n: int,
-        k: int,
-        layout: str,
-        aligned: bool,
-        sms: int,
-        off_lines: tuple[bool, bool] = NO_LINES,
-    ) -> tuple[helion.Config, int] | None:
+    def plan(self, product: Product) -> tuple[helion.Config, int] | None:
         """How to run a product: a candidate, and the rows it runs in whole waves with the
         last wave split over K, or ``m`` (the plain kernel). The split is taken only where
         predicted ``LAST_WAVE_GAIN`` times the best plain candidate's time or less.
         None where no candidate has a fit."""
-        plain = self.best_plain(m, n, k, layout, aligned, sms, off_lines=off_lines)
+        plain = self.best_plain(product)
         if plain is None:
             return None
-        split = self.best_split(m, n, k, layout, aligned, sms, off_lines)
+        split = self.best_split(product)
         if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0]:
             return split[1], split[2]
-        return plain[1], m
+        return plain[1], product.m
 
     def to_json(self, **info: object) -> dict:
         return {
@@ -344,9 +311,8 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
     logs: list[list[float]] = [[] for _ in candidates]
     lined: list[list[tuple[tuple[bool, bool], float]]] = [[] for _ in candidates]
     for (index, r), off in zip(mine, lines, strict=True):
-        predicted = aligned_model.predict(
-            index, r["m"], r["n"], r["k"], r["layout"], True, r["sms"]
-        )
+        product = Product(r["m"], r["n"], r["k"], r["layout"], True, r["sms"])
+        predicted = aligned_model.predict(index, product)
         if not predicted:
             continue
         if not r["aligned"]:
@@ -417,9 +383,8 @@ def evaluate(records: list[dict]) -> dict:
             timed = {json.dumps(r["config"], sort_keys=True): r["ms"] for r in here}
             best = min(timed.values())
             aligned = here[0].get("aligned", True)
-            chosen = model.choose(
-                *shape, layout, aligned, here[0]["sms"], off_lines=record_off_lines(here[0])
-            )
+            sms, off_lines = here[0]["sms"], record_off_lines(here[0])
+            chosen = model.choose(Product(*shape, layout, aligned, sms, off_lines))
             got = timed.get(json.dumps(dict(chosen), sort_keys=True)) if chosen else None
             if got is None:
                 continue

@@ -19,21 +19,19 @@ from typing import TYPE_CHECKING
 import torch
 
 from helion_ops.configs import (
-    config_key,
     masks_vectorize,
+    model_product,
     model_without_entry,
     operands_key,
-    product_mnk,
     rows_off_lines,
-    sm_count,
     tma_aligned,
 )
-from helion_ops.model import LINE_BYTES, NO_LINES
+from helion_ops.model import LINE_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from helion_ops.model import Model
+    from helion_ops.model import Model, Product
 
 # What staging one byte of an unaligned operand costs: torch's copy into a padded buffer
 # read the unaligned rows at about 0.9 GB per ms (H200, bf16, 4096x50257: 0.46 ms), plus a
@@ -90,32 +88,23 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
     if model is None:
         return False
     copies = [t.numel() * t.element_size() for t in (a, b) if not tma_aligned(t)]
-    shape = (*product_mnk(a, b), config_key(a, b)[4])
-    tma_only = not masks_vectorize(a, b)
     # Copies start on lines; an operand not copied keeps its own rows.
     off_lines = tuple(
         off and tma_aligned(t) for off, t in zip(rows_off_lines(a, b), (a, b), strict=True)
     )
-    return staging_pays(model, *shape, copies, sm_count(a.device), tma_only, off_lines)
+    product = model_product(a, b)._replace(off_lines=off_lines)
+    return staging_pays(model, product, copies, tma_only=not masks_vectorize(a, b))
 
 
 def staging_pays(
-    model: Model,
-    m: int,
-    n: int,
-    k: int,
-    layout: str,
-    copies: Sequence[int],
-    sms: int,
-    tma_only: bool = False,
-    off_lines: tuple[bool, bool] = NO_LINES,
+    model: Model, product: Product, copies: Sequence[int], tma_only: bool = False
 ) -> bool:
-    """Whether the model predicts ``m x n x k`` (operand ``layout``) faster from aligned
-    operands, after copying the unaligned ones (``copies``: their sizes in bytes).
-    ``tma_only``: the staged product chooses among tensor-descriptor candidates only (see
-    ``Model.best_plain``); ``off_lines``: the staged product's (see ``Model``)."""
-    unstaged = model.best_plain(m, n, k, layout, False, sms)
-    aligned = model.best_plain(m, n, k, layout, True, sms, tma_only, off_lines)
+    """Whether the model predicts ``product`` faster from aligned operands, after copying
+    the unaligned ones (``copies``: their sizes in bytes). ``product.off_lines``: the staged
+    product's; ``tma_only``: the staged product chooses among tensor-descriptor candidates
+    only (see ``Model.best_plain``)."""
+    unstaged = model.best_plain(product._replace(aligned=False))
+    aligned = model.best_plain(product._replace(aligned=True), tma_only)
     if unstaged is None or aligned is None:
         return False
     copy_ms = sum(COPY_MS + COPY_MS_PER_BYTE * size for size in copies)

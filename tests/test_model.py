@@ -114,7 +114,7 @@ def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
     fit."""
     shipped = model.shipped_model("sm90")
     lines = model.dense_off_lines(2000, 2000, 2000, "rr", 2)
-    chosen = shipped.choose(2000, 2000, 2000, "rr", True, SMS, off_lines=lines)
+    chosen = shipped.choose(model.Product(2000, 2000, 2000, "rr", True, SMS, lines))
     assert chosen.config["indexing"] == "tensor_descriptor"
     assert shipped.off_line[shipped.candidates.index(chosen)][1] < 1.25
 
@@ -122,15 +122,24 @@ def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
 def test_the_choice_follows_waves():
     """Big tiles where they fill the SMs; small ones where big tiles leave most SMs idle."""
     m = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {"rr": [2.5e-4, 1e-3, 0.0]}], [1, 1])
-    assert m.choose(8192, 8192, 4096, "rr", True, SMS) is BIG  # 16 rounds of big tiles
-    assert m.choose(256, 512, 4096, "rr", True, SMS) is SMALL  # 4 big tiles for 132 SMs
-    # A layout without a fit of its own uses row-major's; a candidate without any is skipped.
-    assert m.choose(256, 512, 4096, "cc", True, SMS) is SMALL
-    only_big = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {}], [1, None])
-    assert only_big.choose(256, 512, 4096, "rr", True, SMS) is BIG
-    assert only_big.choose(256, 512, 4096, "rc", True, SMS) is None  # 'rc' has its own fit
     assert (
-        model.Model([SMALL], [{"rr": [1, 1, 1]}], [None]).choose(8, 8, 8, "rr", False, SMS) is None
+        m.choose(model.Product(8192, 8192, 4096, "rr", True, SMS)) is BIG
+    )  # 16 rounds of big tiles
+    assert (
+        m.choose(model.Product(256, 512, 4096, "rr", True, SMS)) is SMALL
+    )  # 4 big tiles for 132 SMs
+    # A layout without a fit of its own uses row-major's; a candidate without any is skipped.
+    assert m.choose(model.Product(256, 512, 4096, "cc", True, SMS)) is SMALL
+    only_big = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {}], [1, None])
+    assert only_big.choose(model.Product(256, 512, 4096, "rr", True, SMS)) is BIG
+    assert (
+        only_big.choose(model.Product(256, 512, 4096, "rc", True, SMS)) is None
+    )  # 'rc' has its own fit
+    assert (
+        model.Model([SMALL], [{"rr": [1, 1, 1]}], [None]).choose(
+            model.Product(8, 8, 8, "rr", False, SMS)
+        )
+        is None
     )
 
 
@@ -141,11 +150,13 @@ def test_the_shipped_model_loads_and_chooses_for_any_shape():
     for m, n, k in validation_shapes():
         for layout in ("rr", "rc", "cr"):
             for aligned in (True, False):
-                assert shipped.choose(m, n, k, layout, aligned, SMS) is not None
+                assert shipped.choose(model.Product(m, n, k, layout, aligned, SMS)) is not None
     # What it has learnt: 128x256 tiles for large squares, smaller ones where those leave
     # most SMs idle.
-    assert shipped.choose(8192, 8192, 8192, "rr", True, SMS).config["block_sizes"] == [128, 256, 64]
-    small = shipped.choose(512, 512, 512, "rr", True, SMS).config["block_sizes"]
+    assert shipped.choose(model.Product(8192, 8192, 8192, "rr", True, SMS)).config[
+        "block_sizes"
+    ] == [128, 256, 64]
+    small = shipped.choose(model.Product(512, 512, 512, "rr", True, SMS)).config["block_sizes"]
     assert small[0] * small[1] <= 128 * 128
 
 
@@ -154,9 +165,9 @@ def test_an_odd_k_chooses_among_tensor_descriptor_candidates():
     candidate, whose K masks would load element by element (measured on the H200: 0.22 ms
     against 0.10 with tensor descriptors); ``tma_only`` leaves it out."""
     shipped = model.shipped_model("sm90")
-    free = shipped.choose(32768, 1024, 479, "rr", True, SMS)
+    free = shipped.choose(model.Product(32768, 1024, 479, "rr", True, SMS))
     assert free.config["indexing"] == "pointer"
-    chosen = shipped.choose(32768, 1024, 479, "rr", True, SMS, tma_only=True)
+    chosen = shipped.choose(model.Product(32768, 1024, 479, "rr", True, SMS), tma_only=True)
     assert chosen.config["indexing"] == "tensor_descriptor"
 
 
@@ -269,14 +280,17 @@ def test_last_wave_keeps_whole_waves_and_splits_the_rest():
 
 def test_the_plan_splits_the_last_wave_only_where_it_pays(monkeypatch):
     shipped = model.shipped_model("sm90")
-    _, candidate, rows = shipped.best_split(2960, 2960, 2960, "rr", True, SMS)
+    _, candidate, rows = shipped.best_split(model.Product(2960, 2960, 2960, "rr", True, SMS))
     assert rows == 2816 and candidate.config["block_sizes"][:2] == [128, 256]
     monkeypatch.setattr(model, "LAST_WAVE_GAIN", 1.0)
-    assert shipped.plan(2960, 2960, 2960, "rr", True, SMS) == (candidate, 2816)
+    assert shipped.plan(model.Product(2960, 2960, 2960, "rr", True, SMS)) == (candidate, 2816)
     monkeypatch.setattr(model, "LAST_WAVE_GAIN", 0.5)
-    assert shipped.plan(2960, 2960, 2960, "rr", True, SMS)[1] == 2960
+    assert shipped.plan(model.Product(2960, 2960, 2960, "rr", True, SMS))[1] == 2960
     split, plain = (
-        f(8192, 8192, 8192, "rr", True, SMS)[0] for f in (shipped.best_split, shipped.best_plain)
+        f(model.Product(8192, 8192, 8192, "rr", True, SMS))[0]
+        for f in (shipped.best_split, shipped.best_plain)
     )
     assert split > plain  # 15.5 waves: the split saves less than it costs
-    assert shipped.best_split(512, 512, 512, "rr", True, SMS) is None  # less than a wave
+    assert (
+        shipped.best_split(model.Product(512, 512, 512, "rr", True, SMS)) is None
+    )  # less than a wave

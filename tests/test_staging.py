@@ -8,7 +8,9 @@ from conftest import DEVICE
 from test_ops import check_addmm, check_matmul, make
 
 from helion_ops import configs, kernel, staging
-from helion_ops.model import shipped_model
+from helion_ops.model import Product, shipped_model
+
+SMS = 132  # an H100's or H200's
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -59,13 +61,17 @@ def test_staging_pays_where_the_copy_is_small_against_the_product():
     model = shipped_model("sm90")
     m, n, k = 4096, 50257, 768
     logits, weight = m * n * 2, k * n * 2
-    assert staging.staging_pays(model, m, n, k, "rr", [weight], 132)
-    assert staging.staging_pays(model, m, k, n, "rc", [logits, weight], 132)
-    assert staging.staging_pays(model, k, n, m, "cr", [logits], 132)
-    assert not staging.staging_pays(model, 16, n, k, "rr", [weight], 132)
-    assert not staging.staging_pays(model, 256, 32001, 4096, "rr", [4096 * 32001 * 2], 132)
+    assert staging.staging_pays(model, Product(m, n, k, "rr", False, SMS), [weight])
+    assert staging.staging_pays(model, Product(m, k, n, "rc", False, SMS), [logits, weight])
+    assert staging.staging_pays(model, Product(k, n, m, "cr", False, SMS), [logits])
+    assert not staging.staging_pays(model, Product(16, n, k, "rr", False, SMS), [weight])
+    assert not staging.staging_pays(
+        model, Product(256, 32001, 4096, "rr", False, SMS), [4096 * 32001 * 2]
+    )
     # An odd K (rows of 958 bytes), staged onto tensor descriptors: 0.18 -> 0.10 ms measured.
-    assert staging.staging_pays(model, 32768, 1024, 479, "rr", [32768 * 479 * 2], 132, True)
+    assert staging.staging_pays(
+        model, Product(32768, 1024, 479, "rr", False, SMS), [32768 * 479 * 2], tma_only=True
+    )
 
 
 @pytest.fixture
