@@ -261,6 +261,17 @@ def test_training_keys_are_single_products_the_model_chooses_for():
     assert not any(tune.wants_split_k(*k[:3]) for k in keys)
 
 
+def test_training_keys_of_given_shapes():
+    """``tune --training RECORDS --shape ...`` times those shapes' three products only."""
+    keys = tune.training_keys("bfloat16", [(3400, 2304, 1400)])
+    assert keys == [
+        (3400, 2304, 1400, "bfloat16", "rr", "plain"),
+        (3400, 1400, 2304, "bfloat16", "rc", "plain"),
+        (1400, 2304, 3400, "bfloat16", "cr", "plain"),
+    ]
+    assert tune.parse_args(["--training", "r.jsonl", "--shape", "8x8x8"]).shape == [(8, 8, 8)]
+
+
 def test_warmup_reads_tritonbench_shape_files():
     assert warmup.read_shapes(VALIDATION_CSV) == validation_shapes()
 
