@@ -18,13 +18,14 @@ squares on relative error over the aligned shapes of a training grid
 Operands whose rows are not 16-byte aligned cannot use tensor descriptors (Helion silently
 falls back to pointer indexing, and every load is masked), so each candidate also gets one
 factor for them: the geometric mean of measured over predicted time on the unaligned
-training shapes. Rows that are 16-byte aligned but start off 128-byte lines (sizes such as 1000
-or 3000 that are multiples of 8 elements but not of 64, in bf16) cost more too, the more the
-smaller the tile and for pointer loads more than for tensor descriptors (H200, bf16: 1.0-1.3x
-for each such operand): each candidate gets one factor for ``a`` and one for ``b`` off lines
-(``dense_off_lines``), fit by least squares on the logarithm of measured over predicted time on the
-training shapes of such sizes. (The output's rows cost nothing measurable.) ``python -m
-helion_ops.model`` does the fit and reports how well the choice holds on shapes left out of it.
+training shapes. Rows that are 16-byte aligned but start off 128-byte lines (sizes such as
+1000 or 3000, multiples of 8 elements but not of 64 in bf16) cost more too, the more the
+smaller the tile, and for pointer loads more than for tensor descriptors (H200, bf16:
+1.0-1.6x for each such operand): each candidate gets one factor for ``a`` and one for ``b``
+off lines (``dense_off_lines``), fit by least squares on the logarithm of measured over
+predicted time on the training shapes of such sizes. (The output's rows cost nothing
+measurable.) ``python -m helion_ops.model`` does the fit and reports how well the choice holds
+on shapes left out of it.
 
 The choice (``Model.plan``): the candidate of least predicted time, or, where a product's
 last wave of tiles leaves SMs idle and splitting it over K in the same launch is predicted

@@ -4,7 +4,7 @@ Tensor descriptors and vectorized loads need every row (or column, for a transpo
 an operand to start 16-byte aligned. An operand of odd width (an LM head's vocabulary of
 50257) or at an odd offset is loaded element by element instead: the wave model's factors
 for such operands are 2-8x the aligned time (``helion_ops.model``). Where a product runs long
-enough, one copy into a buffer whose rows are padded to 16 bytes pays for itself: on the H200
+enough, one copy into a buffer of padded rows pays for itself: on the H200
 (bf16) the GPT-2 head's ``a.T @ grad_out`` (768x50257x4096) took 1.30 ms unstaged and 0.56
 staged, plus 0.46 ms to copy ``grad_out`` (which both backward products read, so it is copied
 once). The copies' rows are padded to whole 128-byte lines, which the kernels load fastest
