@@ -8,7 +8,9 @@ call with ``--input`` (``--layout tt``, so that both gradients are compared), ad
 per shape (tritonbench's addmm takes one ``--m/--k/--n``, with an [M, N] bias). Then it
 writes ``validation.csv`` and ``validation.json`` (per op, mode, dtype and shape: aten's and
 helion's latency, the speedup, helion's accuracy) and prints the geomean and minimum.
-``--gpus N`` runs each (op, dtype) in a process of its own, on N local GPUs at once.
+``--gpus N`` runs each (op, dtype) in a process of its own, on N local GPUs at once; where
+there are fewer (op, dtype) than GPUs, each one's shapes are dealt out in parts, one process
+per part, so that every GPU measures.
 """
 
 from __future__ import annotations
@@ -36,17 +38,21 @@ BACKENDS = {
 
 def run(
     op: str, precision: str, modes: str, shapes: list[tuple[int, int, int]], out: Path,
-    extra: list[str],
+    extra: list[str], part: str = "0/1",
 ) -> int:  # fmt: skip
-    """The run_bench.py calls of one op and dtype, each into a folder of its own under out;
-    the worst exit status."""
+    """The run_bench.py calls of one op and dtype (of its shapes, those of ``part`` "I/N":
+    every Nth from the Ith), each into a folder of its own under out; the worst exit status."""
+    index, parts = (int(x) for x in part.split("/"))
+    shapes = shapes[index::parts]
     common = ["--precision", precision, "--mode", modes, "--only", ",".join(BACKENDS[op])]
     if op == "gemm":
-        out.mkdir(parents=True, exist_ok=True)
-        shapes_csv = out / "gemm_shapes.csv"  # tritonbench's --input format
+        folder = out / f"gemm_{precision}"
+        if parts > 1:
+            folder = folder / f"part{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shapes_csv = folder / "shapes.csv"  # tritonbench's --input format
         shapes_csv.write_text("M,N,K,Bias\n" + "".join(f"{m},{n},{k},\n" for m, n, k in shapes))
         argv = ["--layout", "tt", "--input", str(shapes_csv.resolve())]
-        folder = out / f"gemm_{precision}"
         return run_bench(["--op", "gemm", *argv, *common, "--output-dir", str(folder), *extra])
     status = 0
     for m, n, k in shapes:
@@ -57,13 +63,22 @@ def run(
     return status
 
 
+def dealt_out(units: list[tuple[str, str]], gpus: int) -> list[tuple[str, str, str]]:
+    """(op, precision, part) for each unit: one part "0/1" where there are at least as many
+    units as GPUs, else each unit's shapes in as many parts as it takes to give every GPU
+    one."""
+    parts = max(1, -(-gpus // max(1, len(units))))
+    return [(op, precision, f"{i}/{parts}") for op, precision in units for i in range(parts)]
+
+
 def run_on_gpus(
-    units: list[tuple[str, str]], count: int, argv: list[str], spawn=subprocess.run
+    units: list[tuple[str, str, str]], count: int, argv: list[str], spawn=subprocess.run
 ) -> int:
-    """Each (op, precision) of ``units`` in a process of its own, on ``count`` GPUs at once:
-    each GPU takes the next unit when its last one ends (``CUDA_VISIBLE_DEVICES``, so that no
-    two share a GPU). ``argv``: the flags every unit gets. Returns the worst exit status."""
-    todo: queue.Queue[tuple[str, str]] = queue.Queue()
+    """Each (op, precision, part) of ``units`` in a process of its own, on ``count`` GPUs at
+    once: each GPU takes the next unit when its last one ends (``CUDA_VISIBLE_DEVICES``, so
+    that no two share a GPU). ``argv``: the flags every unit gets. Returns the worst exit
+    status."""
+    todo: queue.Queue[tuple[str, str, str]] = queue.Queue()
     for unit in units:
         todo.put(unit)
     statuses: list[int] = []
@@ -72,11 +87,11 @@ def run_on_gpus(
         env = worker_env(index)
         while True:
             try:
-                op, precision = todo.get_nowait()
+                op, precision, part = todo.get_nowait()
             except queue.Empty:
                 return
             command = [sys.executable, "-m", "benchmarks.validate", "--op", op]
-            command += ["--precision", precision, "--no-summary", *argv]
+            command += ["--precision", precision, "--part", part, "--no-summary", *argv]
             statuses.append(spawn(command, env=env).returncode)
 
     threads = [threading.Thread(target=gpu, args=(i,)) for i in range(count)]
@@ -162,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N|all",
         help="run each (op, precision) in a process of its own, on N local GPUs at once",
     )
-    # --gpus' workers measure only; their parent summarizes once all have written.
+    # --gpus' workers measure only (their part of the shapes); their parent summarizes once
+    # all have written.
     parser.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
     out = args.output_dir
     status = 0
@@ -178,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(err))
         common = ["--mode", args.mode, "--shapes", str(args.shapes), "--output-dir", str(out)]
         common += ["--max-dim", str(args.max_dim)] if args.max_dim else []
-        status = run_on_gpus(units, count, [*common, *extra])
+        status = run_on_gpus(dealt_out(units, count), count, [*common, *extra])
     elif not args.summarize_only:
         for op, precision in units:
-            status = max(status, run(op, precision, args.mode, shapes, out, extra))
+            status = max(status, run(op, precision, args.mode, shapes, out, extra, args.part))
     if args.no_summary:
         return status
     rows = collect(out)

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -47,10 +48,46 @@ def test_gpus_run_each_unit_once_and_never_two_on_one_gpu():
         return types.SimpleNamespace(returncode=3 if "fp16" in command else 0)
 
     units = [("gemm", "bf16"), ("addmm", "bf16"), ("gemm", "fp16"), ("addmm", "fp16")]
-    assert validate.run_on_gpus(units, 2, ["--mode", "bwd"], spawn) == 3
+    dealt = validate.dealt_out(units, 2)
+    assert dealt == [(op, p, "0/1") for op, p in units]  # as many units as GPUs or more
+    assert validate.run_on_gpus(dealt, 2, ["--mode", "bwd"], spawn) == 3
     assert sorted((op, c[c.index("--precision") + 1]) for op, c, _ in ran) == sorted(units)
     assert {gpu for *_, gpu in ran} == {"0", "1"}
     assert all("--no-summary" in c and c[-2:] == ["--mode", "bwd"] for _, c, _ in ran)
+    assert all(c[c.index("--part") + 1] == "0/1" for _, c, _ in ran)
+
+
+def test_fewer_units_than_gpus_are_dealt_out_in_parts(tmp_path, monkeypatch):
+    """One (op, dtype) on two GPUs: its shapes in two parts, one process each, every shape in
+    exactly one; gemm's parts in folders of their own, which the summary reads."""
+    assert validate.dealt_out([("gemm", "bf16")], 2) == [
+        ("gemm", "bf16", "0/2"),
+        ("gemm", "bf16", "1/2"),
+    ]
+    assert len(validate.dealt_out([("gemm", "bf16"), ("addmm", "bf16")], 3)) == 4
+    calls = []
+
+    def run_bench(argv):  # gemm's shapes (from its --input file), or addmm's argv
+        if "--input" in argv:
+            lines = Path(argv[argv.index("--input") + 1]).read_text().splitlines()[1:]
+            calls.append([line.split(",")[:3] for line in lines])
+        else:
+            calls.append(argv)
+        return 0
+
+    monkeypatch.setattr(validate, "run_bench", run_bench)
+    shapes = [(i, 8, 8) for i in range(1, 6)]
+    out = tmp_path / "out"
+    for part in ("0/2", "1/2"):
+        assert validate.run("gemm", "bf16", "fwd", shapes, out, [], part) == 0
+    assert calls == [
+        [["1", "8", "8"], ["3", "8", "8"], ["5", "8", "8"]],
+        [["2", "8", "8"], ["4", "8", "8"]],
+    ]
+    assert (out / "gemm_bf16" / "part0" / "shapes.csv").is_file()
+    calls.clear()
+    assert validate.run("addmm", "bf16", "fwd", shapes, out, [], "1/2") == 0
+    assert [c[c.index("--m") + 1] for c in calls] == ["2", "4"]
 
 
 def test_gpus_summarize_once_all_workers_wrote(tmp_path, monkeypatch):
@@ -61,7 +98,7 @@ def test_gpus_summarize_once_all_workers_wrote(tmp_path, monkeypatch):
 
     def workers(units, count, argv):
         seen.update(units=units, count=count, argv=argv)
-        for op, precision in units:
+        for op, precision, _ in units:
             write_result(tmp_path, op, precision, "fwd", [1.0])
         return 0
 
