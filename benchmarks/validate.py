@@ -27,7 +27,6 @@ from pathlib import Path
 
 from benchmarks.gpus import gpu_count, worker_env
 from benchmarks.main import main as run_bench
-from helion_ops.warmup import read_shapes
 
 VALIDATION_CSV = Path(__file__).parent / "shapes" / "validation.csv"
 BACKENDS = {
@@ -61,6 +60,14 @@ def run(
         argv = ["--op", "addmm", *sizes, *common, "--output-dir", str(folder), *extra]
         status = max(status, run_bench(argv))
     return status
+
+
+def read_shapes(path: Path) -> list[tuple[int, int, int]]:
+    """(M, N, K) of each row of a CSV with M, N and K columns. (Not ``helion_ops.warmup``'s:
+    importing helion_ops imports Triton, which on the CPU run_bench must import only after
+    setting TRITON_INTERPRET.)"""
+    with path.open() as f:
+        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
 
 
 def dealt_out(units: list[tuple[str, str]], gpus: int) -> list[tuple[str, str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import types
@@ -118,3 +119,21 @@ def test_more_gpus_than_there_are_is_an_error(tmp_path, monkeypatch, capsys):
         validate.main(["--gpus", "2", "--output-dir", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "--gpus 2: this machine has 1 CUDA GPU(s)" in capsys.readouterr().err
+
+
+def test_validate_runs_in_the_cpu_interpreter(tmp_path):
+    """A fresh process on the CPU: nothing validate imports may import Triton before run_bench
+    sets TRITON_INTERPRET (addmm then failed: "Cannot call @triton.jit'd outside of the scope
+    of a kernel")."""
+    import subprocess
+    import sys
+
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("M,N,K,Bias,source\n40,24,56,,tiny\n")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "benchmarks.validate", "--op", "addmm", "--precision"]
+    command += ["fp16", "--mode", "fwd", "--shapes", str(shapes), "--output-dir", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    subprocess.run(command, check=True, env=env, cwd=Path(__file__).parent.parent)
+    rows = json.loads((out / "validation.json").read_text())["rows"]
+    assert [(r["shape"], r["accuracy"]) for r in rows] == [("(40, 24, 56)", 1.0)]
