@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -54,12 +55,19 @@ def fwd_bwd(fn, grad_out: torch.Tensor, *inputs: torch.Tensor):
     return run
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print(
+            "benchmarks.host_overhead needs a CUDA GPU (without one: "
+            "python -m benchmarks.host_overhead_cpu)",
+            file=sys.stderr,
+        )
+        return 2
     dtype, s = getattr(torch, args.dtype), args.size
     a, b, bias, g = (
         torch.randn(shape, device="cuda", dtype=dtype) for shape in ((s, s), (s, s), (s,), (s, s))
@@ -101,7 +109,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             result = {"meta": meta, "us_per_call": rows, "ratios": ratios, "samples": samples}
             json.dump(result, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

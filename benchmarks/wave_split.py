@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.wave_split needs a CUDA GPU", file=sys.stderr)
+        return 2
     dtype = getattr(torch, args.dtype)
     model = configs.shipped_model(configs.gpu_arch(torch.device("cuda")))
     rows = []

@@ -822,3 +822,16 @@ def test_output_to_leaves_handlers_made_inside_it_working(tmp_path):
         logger.removeHandler(handler)
     text = log.read_text()
     assert "first call" in text and "second call" in text and "Logging error" not in text
+
+
+def test_gpu_only_tools_say_so_without_a_gpu(monkeypatch, capsys):
+    """The GPU measuring tools exit 2 with a message on a machine without a GPU."""
+    import torch
+
+    from benchmarks import host_overhead, wave_split
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert host_overhead.main([]) == 2
+    assert "host_overhead_cpu" in capsys.readouterr().err
+    assert wave_split.main(["--shape", "64x64x64"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
