@@ -21,7 +21,7 @@ ends it in time), with the GPU, versions and date; keys already in it are skippe
 cut short resumes where it stopped (``--force`` re-measures them). By default it is the
 user's own table, which the runtime reads over the shipped one: tune the shapes of your own
 model once. ``--training RECORDS`` instead times the wave model's candidates on its training
-grid (``helion_ops.model``).
+grid, or on the ``--shape`` shapes (``helion_ops.model``).
 """
 
 from __future__ import annotations
