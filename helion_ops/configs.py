@@ -207,17 +207,13 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     return unflattened(config) if epilogue == "bias" else config
 
 
-def aligned_product(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a @ b`` loads its operands with tensor descriptors: the model's ``aligned``.
-    (An output of unaligned rows, as from operands staged by ``helion_ops.staging``, only
-    stores by pointer: one store per tile, against every K step's loads.)"""
-    return tma_aligned(a, b)
-
-
 def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
-    """``a @ b`` as the wave model sees it."""
+    """``a @ b`` as the wave model sees it. ``aligned``: whether it loads its operands with
+    tensor descriptors (an output of unaligned rows, as from operands staged by
+    ``helion_ops.staging``, only stores by pointer: one store per tile, against every K
+    step's loads)."""
     layout = operand_layout(a) + operand_layout(b)
-    aligned, sms = aligned_product(a, b), sm_count(a.device)
+    aligned, sms = tma_aligned(a, b), sm_count(a.device)
     return Product(*product_mnk(a, b), layout, aligned, sms, rows_off_lines(a, b))
 
 

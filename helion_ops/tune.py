@@ -485,7 +485,7 @@ def tune_keys(
             print(f"[gpu {gpu}: {i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout} {epilogue}")
             wait(compiling[key])
             a, b = operands(m, n, k, layout, dtype, torch.empty)
-            aligned = configs.aligned_product(a, b)
+            aligned = configs.tma_aligned(a, b)
             record = functools.partial(_add_record, records, key, aligned, sms)
             entry = tune_key(key, dtype, candidates[key], args.autotune, record)
             found[key] = entry
