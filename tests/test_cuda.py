@@ -132,21 +132,31 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
-def test_an_odd_k_runs_staged_on_tensor_descriptors(monkeypatch):
+@pytest.fixture
+def chosen_configs(monkeypatch):
+    """The configs ``configs.choose_config`` returns for single products (two operands: the
+    plain and split-K kernels), in the order of their first launches."""
+    chosen = []
+    choose_config = configs.choose_config
+
+    def recorded(bound, *operands):
+        config = choose_config(bound, *operands)
+        if len(operands) == 2:
+            chosen.append(config)
+        return config
+
+    monkeypatch.setattr(configs, "choose_config", recorded)
+    return chosen
+
+
+def test_an_odd_k_runs_staged_on_tensor_descriptors(chosen_configs):
     """K = 479 (rows of 958 bytes): the forward's mat1 staged, and the model's choice among
     tensor-descriptor candidates (a pointer one would load K element by element); forward
     and both grads against float64."""
-    chosen = []
-    choose_config = configs.choose_config
-    monkeypatch.setattr(
-        configs,
-        "choose_config",
-        lambda bound, *operands: chosen.append(choose_config(bound, *operands)) or chosen[-1],
-    )
     kernel.reset()
     a, b = make((32768, 479), torch.bfloat16), make((479, 1024), torch.bfloat16)
     check_matmul(a, b)
-    assert chosen[0].config["indexing"] == "tensor_descriptor"
+    assert chosen_configs[0].config["indexing"] == "tensor_descriptor"
 
 
 @pytest.mark.parametrize("m,n,k", [(2960, 2960, 2960), (1408 + 100, 1536, 1536)], ids=str)
@@ -215,7 +225,7 @@ def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
 
 @pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
 @pytest.mark.parametrize("op", ["matmul", "addmm"])
-def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, dtype_mode, op):
+def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, chosen_configs, dtype_mode, op):
     """An LM head of 50257 (rows of 100514 bytes): the wave model stages the forward's
     mat2 and the backward's grad_out (once for both products) and mat2.T; every result
     against float64, every kernel on aligned operands, every product on tensor descriptors
@@ -223,20 +233,11 @@ def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, dtype_mode, op):
     one element: 2.15 ms against 0.68 for the forward on the H200)."""
     from helion_ops import staging
 
-    copies, chosen = [], []
+    copies = []
     aligned_copy = staging.aligned_copy
-    choose_config = configs.choose_config
     monkeypatch.setattr(
         staging, "aligned_copy", lambda t: copies.append(tuple(t.shape)) or aligned_copy(t)
     )
-
-    def recorded(bound, *operands):
-        config = choose_config(bound, *operands)
-        if len(operands) == 2:  # a product of the plain kernel
-            chosen.append(config)
-        return config
-
-    monkeypatch.setattr(configs, "choose_config", recorded)
     kernel.reset()
     m, n, k = 2048, 50257, 768
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
@@ -250,8 +251,8 @@ def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, dtype_mode, op):
         operands = [t for t in key[1:] if isinstance(t, tuple)][:2]
         for *_, strides, alignment in operands:
             assert alignment == 0 and all(s == 1 or s * 2 % 16 == 0 for s in strides), key
-    assert len(chosen) == 3  # the forward, grad_out @ mat2.T and mat1.T @ grad_out
-    assert all(c.config["indexing"] == "tensor_descriptor" for c in chosen), chosen
+    assert len(chosen_configs) == 3  # the forward, grad_out @ mat2.T and mat1.T @ grad_out
+    assert all(c.config["indexing"] == "tensor_descriptor" for c in chosen_configs), chosen_configs
 
 
 def test_split_k_without_an_entry_runs_the_split_rule():
