@@ -334,8 +334,8 @@ def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
     (no vector loads, no asynchronous copies). On the H200 (bf16) the GPT-2 head's
     ``grad_out @ mat2.T`` (4096x768, K = 50257, staged) took 2.4-3.7 ms split-K and 1.5-2.0
     with its last wave split, against 0.61 ms on the plain kernel with tensor descriptors."""
-    k_contiguous = a.stride(1) == 1 or b.stride(0) == 1
-    return not k_contiguous or (a.shape[1] * a.element_size()) % 16 == 0
+    size = a.element_size()
+    return all(length * size % 16 == 0 for dim, length in _contiguous_sizes(a, b) if dim == "k")
 
 
 def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -347,15 +347,22 @@ def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
     which need no mask. On the H200 (bf16) the GPT-2 head's forward, staged (N = 50257
     along b's rows), took 2.15 ms on a pointer candidate and 0.68 on tensor descriptors."""
     size = a.element_size()
+    return all(length * size % 16 == 0 for _, length in _contiguous_sizes(a, b))
+
+
+def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]:
+    """(name, size) of each dimension ("m", "k" or "n") along which an operand of ``a @ b``
+    is contiguous (unit stride), once per such operand: where a pointer load's bounds mask
+    runs element by element unless the size is a whole number of 16 bytes."""
     m, k = a.shape
     n = b.shape[1]
-    contiguous = [
-        length
-        for t, (rows, cols) in ((a, (m, k)), (b, (k, n)))
-        for length, stride in ((cols, t.stride(1)), (rows, t.stride(0)))
+    dims = ((a, (("m", m), ("k", k))), (b, (("k", k), ("n", n))))
+    return [
+        dim
+        for t, sizes in dims
+        for dim, stride in zip(sizes, t.stride(), strict=True)
         if stride == 1
     ]
-    return all(length * size % 16 == 0 for length in contiguous)
 
 
 def tma_aligned(*tensors: torch.Tensor) -> bool:
