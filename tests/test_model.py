@@ -45,6 +45,15 @@ def test_the_check_above_can_fail():
 
 
 SMS = 132
+
+
+def product(
+    m: int, n: int, k: int, layout: str = "rr", aligned: bool = True, off_lines=model.NO_LINES
+) -> model.Product:
+    """A ``model.Product`` on an H100's or H200's SMs."""
+    return model.Product(m, n, k, layout, aligned, SMS, off_lines)
+
+
 BIG = config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
 SMALL = config(64, 64, 128, 4, 3, "flat", "pointer")
 
@@ -114,7 +123,7 @@ def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
     fit."""
     shipped = model.shipped_model("sm90")
     lines = model.dense_off_lines(2000, 2000, 2000, "rr", 2)
-    chosen = shipped.choose(model.Product(2000, 2000, 2000, "rr", True, SMS, lines))
+    chosen = shipped.choose(product(2000, 2000, 2000, off_lines=lines))
     assert chosen.config["indexing"] == "tensor_descriptor"
     assert shipped.off_line[shipped.candidates.index(chosen)][1] < 1.25
 
@@ -122,23 +131,15 @@ def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
 def test_the_choice_follows_waves():
     """Big tiles where they fill the SMs; small ones where big tiles leave most SMs idle."""
     m = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {"rr": [2.5e-4, 1e-3, 0.0]}], [1, 1])
-    assert (
-        m.choose(model.Product(8192, 8192, 4096, "rr", True, SMS)) is BIG
-    )  # 16 rounds of big tiles
-    assert (
-        m.choose(model.Product(256, 512, 4096, "rr", True, SMS)) is SMALL
-    )  # 4 big tiles for 132 SMs
+    assert m.choose(product(8192, 8192, 4096)) is BIG  # 16 rounds of big tiles
+    assert m.choose(product(256, 512, 4096)) is SMALL  # 4 big tiles for 132 SMs
     # A layout without a fit of its own uses row-major's; a candidate without any is skipped.
-    assert m.choose(model.Product(256, 512, 4096, "cc", True, SMS)) is SMALL
+    assert m.choose(product(256, 512, 4096, "cc")) is SMALL
     only_big = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {}], [1, None])
-    assert only_big.choose(model.Product(256, 512, 4096, "rr", True, SMS)) is BIG
+    assert only_big.choose(product(256, 512, 4096)) is BIG
+    assert only_big.choose(product(256, 512, 4096, "rc")) is None  # 'rc' has its own fit
     assert (
-        only_big.choose(model.Product(256, 512, 4096, "rc", True, SMS)) is None
-    )  # 'rc' has its own fit
-    assert (
-        model.Model([SMALL], [{"rr": [1, 1, 1]}], [None]).choose(
-            model.Product(8, 8, 8, "rr", False, SMS)
-        )
+        model.Model([SMALL], [{"rr": [1, 1, 1]}], [None]).choose(product(8, 8, 8, "rr", False))
         is None
     )
 
@@ -150,13 +151,11 @@ def test_the_shipped_model_loads_and_chooses_for_any_shape():
     for m, n, k in validation_shapes():
         for layout in ("rr", "rc", "cr"):
             for aligned in (True, False):
-                assert shipped.choose(model.Product(m, n, k, layout, aligned, SMS)) is not None
+                assert shipped.choose(product(m, n, k, layout, aligned)) is not None
     # What it has learnt: 128x256 tiles for large squares, smaller ones where those leave
     # most SMs idle.
-    assert shipped.choose(model.Product(8192, 8192, 8192, "rr", True, SMS)).config[
-        "block_sizes"
-    ] == [128, 256, 64]
-    small = shipped.choose(model.Product(512, 512, 512, "rr", True, SMS)).config["block_sizes"]
+    assert shipped.choose(product(8192, 8192, 8192)).config["block_sizes"] == [128, 256, 64]
+    small = shipped.choose(product(512, 512, 512)).config["block_sizes"]
     assert small[0] * small[1] <= 128 * 128
 
 
@@ -165,9 +164,9 @@ def test_an_odd_k_chooses_among_tensor_descriptor_candidates():
     candidate, whose K masks would load element by element (measured on the H200: 0.22 ms
     against 0.10 with tensor descriptors); ``tma_only`` leaves it out."""
     shipped = model.shipped_model("sm90")
-    free = shipped.choose(model.Product(32768, 1024, 479, "rr", True, SMS))
+    free = shipped.choose(product(32768, 1024, 479))
     assert free.config["indexing"] == "pointer"
-    chosen = shipped.choose(model.Product(32768, 1024, 479, "rr", True, SMS), tma_only=True)
+    chosen = shipped.choose(product(32768, 1024, 479), tma_only=True)
     assert chosen.config["indexing"] == "tensor_descriptor"
 
 
@@ -291,17 +290,14 @@ def test_last_wave_keeps_whole_waves_and_splits_the_rest():
 
 def test_the_plan_splits_the_last_wave_only_where_it_pays(monkeypatch):
     shipped = model.shipped_model("sm90")
-    _, candidate, rows = shipped.best_split(model.Product(2960, 2960, 2960, "rr", True, SMS))
+    _, candidate, rows = shipped.best_split(product(2960, 2960, 2960))
     assert rows == 2816 and candidate.config["block_sizes"][:2] == [128, 256]
     monkeypatch.setattr(model, "LAST_WAVE_GAIN", 1.0)
-    assert shipped.plan(model.Product(2960, 2960, 2960, "rr", True, SMS)) == (candidate, 2816)
+    assert shipped.plan(product(2960, 2960, 2960)) == (candidate, 2816)
     monkeypatch.setattr(model, "LAST_WAVE_GAIN", 0.5)
-    assert shipped.plan(model.Product(2960, 2960, 2960, "rr", True, SMS))[1] == 2960
+    assert shipped.plan(product(2960, 2960, 2960))[1] == 2960
     split, plain = (
-        f(model.Product(8192, 8192, 8192, "rr", True, SMS))[0]
-        for f in (shipped.best_split, shipped.best_plain)
+        f(product(8192, 8192, 8192))[0] for f in (shipped.best_split, shipped.best_plain)
     )
     assert split > plain  # 15.5 waves: the split saves less than it costs
-    assert (
-        shipped.best_split(model.Product(512, 512, 512, "rr", True, SMS)) is None
-    )  # less than a wave
+    assert shipped.best_split(product(512, 512, 512)) is None  # less than a wave
