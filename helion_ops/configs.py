@@ -292,8 +292,9 @@ def last_wave_config(
     out_full: torch.Tensor,
     partial: torch.Tensor,
 ) -> helion.Config:
-    """``last_wave_kernel``'s config: the tile shape of ``Model.best_split``, flat programs,
-    and the tail's K cut in ``tail_split``'s pieces (a power-of-two split giving that block)."""
+    """``last_wave_kernel``'s config: the tile shape and programs (flat or persistent) of
+    ``Model.best_split``'s candidate, as the model's coefficients assume, and the tail's K
+    cut in ``tail_split``'s pieces (a power-of-two split giving that block)."""
     rows, k = x_full.shape
     m, n = rows + x_tail.shape[0], y.shape[1]
     if not x_full.is_cuda:
@@ -312,7 +313,7 @@ def last_wave_config(
         block_sizes=[bm, bn, bk, bm, bn, bk],
         num_warps=chosen["num_warps"],
         num_stages=chosen["num_stages"],
-        pid_type="flat",
+        pid_type=chosen["pid_type"],
         indexing=indexing if isinstance(indexing, str) else "pointer",
         l2_groupings=[8 if indexing == "tensor_descriptor" else 1, 1],
         range_unroll_factors=[0] * 4,

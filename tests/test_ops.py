@@ -361,9 +361,10 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch):
 @pytest.mark.parametrize("layout", ["rr", "cr", "rc"])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_last_wave_kernel_with_tensor_descriptors(layout, with_bias):
-    """The config shape the GPU runs (``configs.last_wave_config``: flat programs, tensor
-    descriptors), here in the interpreter, fp16: the rows in whole waves with the epilogue,
-    the tail through the fp32 buffer and the finishing pass."""
+    """The config shape the GPU runs (``configs.last_wave_config``: tensor descriptors; flat
+    programs here, as the interpreter has no SM count for persistent ones), fp16: the rows
+    in whole waves with the epilogue, the tail through the fp32 buffer and the finishing
+    pass."""
     import helion
 
     m, n, k, rows = 200, 96, 160, 128
