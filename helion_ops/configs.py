@@ -15,7 +15,8 @@ transposed operand gets its own entry. The answer, in order:
    whose layout names four operands. Entries are overrides: every shape gets a config
    without one.
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
-   shapes that won the table; the split-K kernel gets ``split_rule`` and the pair kernel
+   shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
+   the model's choice where it predicts one launch faster than two (``model_pair``), else
    ``pair_rule``. fp32 (and GPUs without a model) get Helion's built-in heuristic default.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
@@ -37,7 +38,7 @@ import torch
 from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
-from helion_ops.candidates import split_config
+from helion_ops.candidates import SMALL_OUTPUT, split_config
 from helion_ops.model import LINE_BYTES, Product, k_block, shipped_model, tail_split
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if config is not None:
         return config
     if len(mnks) == 2:
-        return pair_rule(*mnks, dtype)
+        return model_pair(*operands) or pair_rule(*mnks, dtype)
     model = shipped_model(gpu_arch(device))
     if dtype == torch.float32 or model is None:
         return bound_kernel.config_spec.default_config()
@@ -265,6 +266,57 @@ def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
             split = LastWaveSplit(plan[1], plain is not None and plain[0] >= EAGER_SPLIT_MS)
     _last_wave_splits[key] = split
     return split
+
+
+_model_pairs: dict[tuple, helion.Config | None] = {}
+
+
+def model_pair(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor
+) -> helion.Config | None:
+    """The config of ``a1 @ b1`` and ``a2 @ b2`` in one launch of ``pair_kernel`` where the
+    wave model predicts that faster than two launches (``Model.pair``), else None. Only
+    fp16 and bf16 on a GPU with a model, 16-byte aligned operands, neither product in the
+    table, and an output larger than ``SMALL_OUTPUT`` (smaller pairs take ``pair_rule``);
+    decided once per operands' keys."""
+    if (
+        not a1.is_cuda
+        or a1.dtype == torch.float32
+        or max(a1.shape[0] * b1.shape[1], a2.shape[0] * b2.shape[1]) <= SMALL_OUTPUT
+    ):
+        return None
+    key = (operands_key(a1, b1), operands_key(a2, b2))
+    if key in _model_pairs:
+        return _model_pairs[key]
+    config = None
+    model = model_without_entry(a1, b1)
+    if (
+        model is not None
+        and model_without_entry(a2, b2) is not None
+        and tma_aligned(a1, b1, a2, b2)
+    ):
+        tma_only = not (masks_vectorize(a1, b1) and masks_vectorize(a2, b2))
+        candidate = model.pair(model_product(a1, b1), model_product(a2, b2), tma_only)
+        config = None if candidate is None else pair_of(candidate)
+    _model_pairs[key] = config
+    return config
+
+
+def pair_of(candidate: helion.Config) -> helion.Config:
+    """A model candidate as ``pair_kernel``'s config: its tiles for each product, its warps,
+    stages, programs and indexing (no flattening: the pair's programs branch between two
+    K loops)."""
+    c = candidate.config
+    return helion.Config(
+        block_sizes=c["block_sizes"] * 2,
+        num_warps=c["num_warps"],
+        num_stages=c["num_stages"],
+        pid_type=c["pid_type"],
+        indexing=c["indexing"],
+        l2_groupings=c["l2_groupings"] * 2,
+        range_unroll_factors=[0] * 4,
+        range_num_stages=[0] * 4,
+    )
 
 
 def operands_key(a: torch.Tensor, b: torch.Tensor) -> tuple:

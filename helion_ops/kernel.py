@@ -7,8 +7,9 @@ and the bias cost no extra pass over the output. Scalars and tensors an epilogue
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta. Products
 with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``), whose
 fp32 partial sums need one pass to scale, add the bias and cast. The backward's two products,
-where both are small, run in one launch of ``pair_kernel`` (``wants_pair``): the same tile
-loop twice, each over its own range of programs.
+where both are small (``wants_pair``) or the wave model predicts it faster
+(``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop twice, each
+over its own range of programs.
 
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked.
@@ -48,9 +49,11 @@ from triton.knobs import HookChain
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
+from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
     k_masks_vectorize,
     last_wave_split,
+    model_pair,
     operands_key,
     product_mnk,
     select_config,
@@ -524,7 +527,7 @@ def wants_split_k(m: int, n: int, k: int) -> bool:
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so
 # two such products fill at most one wave of an H100/H200's 132 SMs.
-PAIR_OUTPUT = 1024 * 1024
+PAIR_OUTPUT = SMALL_OUTPUT
 
 
 def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int]) -> bool:
@@ -555,8 +558,9 @@ def _fast_plan(
 def launch_mm_pair(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``: one launch where ``wants_pair`` or the
-    tuned table has the pair (measured faster than two launches), else two.
+    """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``: one launch where ``wants_pair``, the
+    tuned table has the pair (measured faster than two launches) or the wave model predicts
+    it faster (``configs.model_pair``), else two.
 
     All four operands share a dtype and device; any may be a transposed view. The first
     product's tiles start first: put the one with the longer K there.
@@ -579,8 +583,11 @@ def launch_mm_pair(
             return launch_mm_pair(*aligned[0], *aligned[1], alpha)
     operands = (a1, b1, a2, b2)
     fast_dtype = a1.dtype in FAST_DTYPES
+    mnks = (product_mnk(a1, b1), product_mnk(a2, b2))
     if alpha != 0 and (
-        wants_pair(product_mnk(a1, b1), product_mnk(a2, b2)) or tuned_pair(*operands)
+        wants_pair(*mnks)
+        or tuned_pair(*operands)
+        or (not any(wants_split_k(*mnk) for mnk in mnks) and model_pair(*operands))
     ):
         kernel = _kernel_for(a1.dtype, pair=True)
         fast = (_fast_pair, fast_key) if fast_dtype else None

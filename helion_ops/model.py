@@ -29,12 +29,17 @@ on shapes left out of it.
 
 The choice (``Model.plan``): the candidate of least predicted time, or, where a product's
 last wave of tiles leaves SMs idle and splitting it over K in the same launch is predicted
-faster by ``LAST_WAVE_GAIN`` (``last_wave``), that split.
+faster by ``LAST_WAVE_GAIN`` (``last_wave``), that split. A backward's two products
+(``Model.pair``) run in one launch where that is predicted faster by ``PAIR_GAIN`` than each
+run as ``plan`` says: the same per-tile times (``a * steps + b`` a tile, one ``c``), with the
+second product's tiles filling the SMs the first one's last wave leaves idle
+(``busiest_sm``).
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import math
 import statistics
@@ -106,6 +111,36 @@ def last_wave(
         full_rounds + tail_rounds,
         full_rounds * steps + tail_rounds * math.ceil(min(block, k) / bk),
     )
+
+
+# Run a backward's two products in one launch only where predicted at most this fraction of
+# their time in two launches; only pairs of at most ``PAIR_WAVES`` waves of tiles (beyond,
+# a partial wave costs little). Set from the backwards of 9 training shapes (H200, bf16,
+# NOTES 53): the five predicted 1.09-1.23x faster in one launch measured 1.05-1.17x; the four
+# predicted 0.99-1.01x measured 0.99-1.04x with the best of five pair configs.
+PAIR_GAIN = 0.95
+PAIR_WAVES = 16
+
+
+def busiest_sm(tiles: Sequence[tuple[int, float]], sms: int, pid_type: str) -> float:
+    """The busiest SM's time for ``(count, time)`` tiles of each product, run in that order:
+    flat programs start on whichever SM frees first; persistent ones (interleaved) take
+    every ``sms``-th tile."""
+    if pid_type == "flat":
+        finish = [0.0] * sms
+        for count, time in tiles:
+            for _ in range(count):
+                heapq.heapreplace(finish, finish[0] + time)
+        return max(finish)
+    busiest = 0.0
+    for sm in range(sms):
+        load, start = 0.0, 0
+        for count, time in tiles:
+            # Tiles start..start+count-1 of the sequence, those with index % sms == sm.
+            load += time * ((start + count - 1 - sm) // sms - (start - 1 - sm) // sms)
+            start += count
+        busiest = max(busiest, load)
+    return busiest
 
 
 def k_block(k: int, split: int) -> int:
@@ -244,6 +279,50 @@ class Model:
         if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0]:
             return split[1], split[2]
         return plain[1], product.m
+
+    def predict_plan(self, product: Product) -> float | None:
+        """Predicted milliseconds of the product run as ``plan`` says, or None (no fit)."""
+        plain = self.best_plain(product)
+        if plain is None:
+            return None
+        split = self.best_split(product)
+        return split[0] if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0] else plain[0]
+
+    def predict_pair(self, index: int, first: Product, second: Product) -> float | None:
+        """Predicted milliseconds of candidate ``index`` running both products in one launch
+        (``first``'s tiles first), or None where it has no fit for one of them."""
+        tiles, launch = [], 0.0
+        bm, bn, bk = self.candidates[index].config["block_sizes"]
+        for product in (first, second):
+            coefficients = self.params[index].get(layout_class(product.layout))
+            factor = self.factor(index, product)
+            if coefficients is None or factor is None:
+                return None
+            a, b, c = coefficients
+            count = math.ceil(product.m / bm) * math.ceil(product.n / bn)
+            tiles.append((count, factor * (a * math.ceil(product.k / bk) + b)))
+            launch = max(launch, factor * c)
+        pid_type = self.candidates[index].config.get("pid_type", "flat")
+        return busiest_sm(tiles, first.sms, pid_type) + launch
+
+    def pair(self, first: Product, second: Product, tma_only: bool = False) -> helion.Config | None:
+        """The candidate to run both products in one launch with, where predicted
+        ``PAIR_GAIN`` times their time in two launches (``predict_plan``) or less; else None.
+        ``tma_only`` as in ``best_plain``."""
+        two = [self.predict_plan(p) for p in (first, second)]
+        if None in two or not first.aligned or not second.aligned:
+            return None
+        best = None
+        for i, candidate in enumerate(self.candidates):
+            tiles = sum(features(candidate, p.m, p.n, p.k, 1)[1] for p in (first, second))
+            if tiles > PAIR_WAVES * first.sms or (
+                tma_only and candidate.config.get("indexing") != "tensor_descriptor"
+            ):
+                continue
+            time = self.predict_pair(i, first, second)
+            if time is not None and (best is None or time < best[0]):
+                best = (time, candidate)
+        return best[1] if best is not None and best[0] <= PAIR_GAIN * sum(two) else None
 
     def to_json(self, **info: object) -> dict:
         return {

@@ -192,13 +192,17 @@ def _compile_into_cache(job: tuple) -> None:
 
 
 def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
-    """What the key gets without an entry (Helion's default; a pair's ``pair_rule``), then
-    ``candidates_for`` (a pair's ``PAIR_CANDIDATES``)."""
+    """What the key gets without an entry (Helion's default; a pair's ``model_pair`` or
+    ``pair_rule``), then ``candidates_for`` (a pair's ``PAIR_CANDIDATES``)."""
     m, n, k, _, layout, epilogue = key
     if len(layout) == 4:
         second = (n, k, m) if layout == "rccr" else (k, m, n)
         more = PAIR_CANDIDATES if wants_pair((m, n, k), second) else MEDIUM_PAIR_CANDIDATES
-        return [configs.pair_rule((m, n, k), second, dtype), *more]
+        first = configs.pair_rule((m, n, k), second, dtype)
+        if torch.cuda.is_available():  # the model's choice needs the GPU's operands
+            _, args, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
+            first = configs.model_pair(*args[:4]) or first
+        return [first, *more]
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
     return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
 

@@ -340,6 +340,20 @@ def test_tune_keys_cover_each_matmul_once_and_addmms_bias_epilogue():
     ]
 
 
+def test_pair_of_gives_each_product_the_candidates_settings():
+    candidate = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
+    pair = configs.pair_of(candidate).config
+    assert pair["block_sizes"] == [128, 256, 64, 128, 256, 64]
+    assert (pair["num_warps"], pair["num_stages"]) == (8, 3)
+    assert (pair["pid_type"], pair["indexing"]) == ("persistent_interleaved", "tensor_descriptor")
+    assert pair["l2_groupings"] == [8, 8] and "range_flattens" not in pair
+
+
+def test_model_pair_is_for_gpus_only():
+    a, b = torch.randn(2048, 1024), torch.randn(1024, 2048)
+    assert configs.model_pair(a, b, b.T, a.T) is None
+
+
 def test_tune_starts_a_pair_with_its_rule():
     key = (48, 40, 32, "float32", "rccr", "plain")
     assert tune.candidates_of_key(key, torch.float32) == [

@@ -175,6 +175,21 @@ def test_a_product_with_a_partial_last_wave_splits_it(monkeypatch, m, n, k):
     check_addmm(bias, a, b, alpha=1.5, beta=0.5)
 
 
+@pytest.mark.parametrize("m,n,k", [(1792, 2816, 1280), (6200, 1800, 1200), (2304, 2304, 2304)])
+def test_a_backward_the_model_pairs_runs_in_one_launch(m, n, k):
+    """Training shapes whose backward the wave model runs in one launch
+    (``configs.model_pair``: flat programs with pointer loads, flat with tensor descriptors,
+    persistent ones): forward and both grads of matmul and addmm against float64."""
+    a, b = make((m, k), torch.bfloat16), make((k, n), torch.bfloat16)
+    g = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    at, bt = a.detach().T, b.detach().T
+    assert configs.model_pair(*((g, bt, at, g) if m <= n else (at, g, g, bt))) is not None
+    kernel.reset()
+    check_matmul(a, b)
+    assert any(key[0] is kernel.pair_kernel for key in kernel._compiled)
+    check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
+
+
 def test_a_capture_splits_what_eager_calls_run_plain(monkeypatch):
     """2960^3 bf16 splits its last wave only under a CUDA graph capture: the eager call runs
     the plain kernel and compiles the split; the capture compiles nothing, and its replay

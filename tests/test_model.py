@@ -301,3 +301,39 @@ def test_the_plan_splits_the_last_wave_only_where_it_pays(monkeypatch):
     )
     assert split > plain  # 15.5 waves: the split saves less than it costs
     assert shipped.best_split(product(512, 512, 512)) is None  # less than a wave
+
+
+def test_busiest_sm_runs_tiles_in_order():
+    # 160 tiles of 3 then 96 of 5 on 132 SMs: the second product's tiles take the SMs that
+    # the first one's last wave (28 tiles) leaves idle.
+    for pid_type in ("flat", "persistent_interleaved"):
+        assert model.busiest_sm([(160, 3.0), (96, 5.0)], SMS, pid_type) == 8.0
+    # Flat programs start wherever an SM frees up; persistent ones take every SMS-th tile.
+    assert model.busiest_sm([(1, 10.0), (263, 1.0)], SMS, "flat") == 10.0
+    assert model.busiest_sm([(1, 10.0), (263, 1.0)], SMS, "persistent_interleaved") == 11.0
+    tiles = [(301, 2.5), (77, 7.0)]
+    loads = [0.0] * SMS
+    for index, time in enumerate([2.5] * 301 + [7.0] * 77):
+        loads[index % SMS] += time
+    assert model.busiest_sm(tiles, SMS, "persistent_interleaved") == max(loads)
+
+
+def backward_pair(m: int, n: int, k: int) -> tuple[model.Product, model.Product]:
+    """The backward's two products of an aligned m x n x k, the longer K first (as ``ops``)."""
+    grad_mat1, grad_mat2 = product(m, k, n, "rc"), product(k, n, m, "cr")
+    return (grad_mat2, grad_mat1) if m > n else (grad_mat1, grad_mat2)
+
+
+def test_the_pair_runs_in_one_launch_only_where_predicted_faster():
+    shipped = model.shipped_model("sm90")
+    # A training shape whose two products each end in a partial wave: one launch fills it.
+    first, second = backward_pair(1792, 2816, 1280)
+    candidate = shipped.pair(first, second)
+    index = shipped.candidates.index(candidate)
+    two = shipped.predict_plan(first) + shipped.predict_plan(second)
+    assert shipped.predict_pair(index, first, second) <= model.PAIR_GAIN * two
+    # Whole waves: nothing to fill; unaligned operands: no fit for one launch.
+    assert shipped.pair(*backward_pair(4096, 4096, 4096)) is None
+    assert shipped.pair(first._replace(aligned=False), second._replace(aligned=False)) is None
+    only_tma = shipped.pair(first, second, tma_only=True)
+    assert only_tma is None or only_tma.config["indexing"] == "tensor_descriptor"

@@ -271,6 +271,27 @@ def test_pair_kernel_against_float64(dtype_mode, transposed):
         assert_matches(name, out, want, ref, 1.5 * (x.double().abs() @ y.double().abs()))
 
 
+@pytest.mark.parametrize("layout", ["rccr", "crrc"])
+def test_pair_kernel_with_a_model_candidate(layout):
+    """The config shape of ``configs.model_pair`` (a model candidate through ``pair_of``:
+    tensor descriptors, flat programs here, as the interpreter has no SM count for persistent
+    ones) on a backward's two products, fp16, in the interpreter."""
+    from helion_ops import candidates
+
+    m, n, k = 96, 80, 112
+    a = make((m, k), torch.float16).detach()
+    b = make((k, n), torch.float16).detach()
+    g = make((m, n), torch.float16).detach()
+    x = (g, b.T, a.T, g) if layout == "rccr" else (a.T, g, g, b.T)
+    args = (*x, kernel.scaled(2.0), kernel.scaled(2.0))
+    config = configs.pair_of(candidates.config(64, 32, 32, 4, 2, "flat"))
+    bound = kernel.pair_kernel.bind(args)
+    assert "tensor_descriptor" in bound.to_triton_code(config)
+    out1, out2 = bound.compile_config(config)(*args)
+    for name, out, (p, q) in [("first", out1, x[:2]), ("second", out2, x[2:])]:
+        assert_matches(name, out, 2.0 * (p @ q), 2.0 * (p.double() @ q.double()))
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.5])
 def test_full_bias_grad_is_copied_only_to_scale_it(beta):
     # torch's own addmm backward hands grad_out on as the [m, n] bias's gradient when beta == 1.
