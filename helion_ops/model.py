@@ -115,9 +115,10 @@ def last_wave(
 
 # Run a backward's two products in one launch only where predicted at most this fraction of
 # their time in two launches; only pairs of at most ``PAIR_WAVES`` waves of tiles (beyond,
-# a partial wave costs little). Set from the backwards of 9 training shapes (H200, bf16,
-# NOTES 53): the five predicted 1.09-1.23x faster in one launch measured 1.05-1.17x; the four
-# predicted 0.99-1.01x measured 0.99-1.04x with the best of five pair configs.
+# a partial wave costs little). Set from the backwards of ten aligned shapes of no validation
+# set (nine training shapes and 1280^3; H200, bf16, NOTES 53): the five predicted 1.09-1.23x
+# faster in one launch measured 1.05-1.17x; the five predicted 0.99-1.01x measured 0.99-1.04x
+# with the best of five pair configs.
 PAIR_GAIN = 0.95
 PAIR_WAVES = 16
 
