@@ -237,6 +237,31 @@ def test_backward_runs_both_products_in_one_launch_on_transposed_views(m, n, mon
         )
 
 
+@pytest.mark.parametrize("chosen", [True, False])
+def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
+    """Where ``wants_pair`` says no, ``configs.model_pair`` decides (on the GPU; stubbed here):
+    a config, one launch of pair_kernel; None, two launches. Both right against float64,
+    and the decision is kept for the operands' next call."""
+    from helion_ops.candidates import config
+
+    decision = configs.pair_of(config(64, 32, 32, 4, 2, "flat")) if chosen else None
+    asked, launched = [], []
+    real_run = kernel._run
+    monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
+    monkeypatch.setattr(kernel, "model_pair", lambda *ops: asked.append(ops) or decision)
+    monkeypatch.setattr(
+        kernel, "_run", lambda k, *args, **kw: launched.append(k) or real_run(k, *args, **kw)
+    )
+    a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+    kernel.reset()
+    for _ in range(2):
+        first, second = kernel.launch_mm_pair(g, b.T, a.T, g, 0.5)
+        assert_matches("g @ b.T", first, 0.5 * (g @ b.T), 0.5 * (g.double() @ b.T.double()))
+        assert_matches("a.T @ g", second, 0.5 * (a.T @ g), 0.5 * (a.T.double() @ g.double()))
+    assert len(asked) == 1  # the second call takes the first one's launches
+    assert launched == ([kernel.pair_kernel] if chosen else [kernel.matmul_kernel] * 2)
+
+
 @pytest.mark.parametrize(
     "mnk1,mnk2,pair",
     [
