@@ -71,12 +71,16 @@ MODEL_CANDIDATES = [
 ]
 
 
+def output_tiles(candidate: helion.Config, m: int, n: int) -> int:
+    """How many of the candidate's output tiles an m x n output takes (tails counted whole)."""
+    bm, bn, _ = candidate.config["block_sizes"]
+    return math.ceil(m / bm) * math.ceil(n / bn)
+
+
 def features(candidate: helion.Config, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
     """(rounds * steps, rounds, 1): the terms the model's a, b and c multiply."""
-    bm, bn, bk = candidate.config["block_sizes"]
-    tiles = math.ceil(m / bm) * math.ceil(n / bn)
-    rounds = math.ceil(tiles / sms)
-    return rounds * math.ceil(k / bk), rounds, 1
+    rounds = math.ceil(output_tiles(candidate, m, n) / sms)
+    return rounds * math.ceil(k / candidate.config["block_sizes"][2]), rounds, 1
 
 
 # What splitting the last wave adds to a product's time: zeroing the fp32 buffer of its rows
@@ -270,52 +274,50 @@ class Model:
 
     def plan(self, product: Product) -> tuple[helion.Config, int] | None:
         """How to run a product: a candidate, and the rows it runs in whole waves with the
-        last wave split over K, or ``m`` (the plain kernel). The split is taken only where
-        predicted ``LAST_WAVE_GAIN`` times the best plain candidate's time or less.
-        None where no candidate has a fit."""
+        last wave split over K, or ``m`` (the plain kernel). None where no candidate has a
+        fit. (``planned`` with its predicted time.)"""
+        planned = self.planned(product)
+        return None if planned is None else planned[1:]
+
+    def planned(self, product: Product) -> tuple[float, helion.Config, int] | None:
+        """(predicted ms, candidate, rows in whole waves) of how to run a product: its last
+        wave split over K where predicted ``LAST_WAVE_GAIN`` times the best plain candidate's
+        time or less, else that candidate with rows ``m``. None where no candidate has a
+        fit."""
         plain = self.best_plain(product)
         if plain is None:
             return None
         split = self.best_split(product)
         if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0]:
-            return split[1], split[2]
-        return plain[1], product.m
-
-    def predict_plan(self, product: Product) -> float | None:
-        """Predicted milliseconds of the product run as ``plan`` says, or None (no fit)."""
-        plain = self.best_plain(product)
-        if plain is None:
-            return None
-        split = self.best_split(product)
-        return split[0] if split is not None and split[0] <= LAST_WAVE_GAIN * plain[0] else plain[0]
+            return split
+        return (*plain, product.m)
 
     def predict_pair(self, index: int, first: Product, second: Product) -> float | None:
         """Predicted milliseconds of candidate ``index`` running both products in one launch
         (``first``'s tiles first), or None where it has no fit for one of them."""
-        tiles, launch = [], 0.0
-        bm, bn, bk = self.candidates[index].config["block_sizes"]
+        candidate, tiles, launch = self.candidates[index], [], 0.0
+        bk = candidate.config["block_sizes"][2]
         for product in (first, second):
             coefficients = self.params[index].get(layout_class(product.layout))
             factor = self.factor(index, product)
             if coefficients is None or factor is None:
                 return None
             a, b, c = coefficients
-            count = math.ceil(product.m / bm) * math.ceil(product.n / bn)
+            count = output_tiles(candidate, product.m, product.n)
             tiles.append((count, factor * (a * math.ceil(product.k / bk) + b)))
             launch = max(launch, factor * c)
-        pid_type = self.candidates[index].config.get("pid_type", "flat")
-        return busiest_sm(tiles, first.sms, pid_type) + launch
+        return busiest_sm(tiles, first.sms, candidate.config.get("pid_type", "flat")) + launch
 
     def pair(self, first: Product, second: Product, tma_only: bool = False) -> helion.Config | None:
         """The candidate to run both products in one launch with, where predicted
-        ``PAIR_GAIN`` times their time in two launches (``predict_plan``) or less; else None.
+        ``PAIR_GAIN`` times their time in two launches (``planned``) or less; else None.
         ``tma_only`` as in ``best_plain``."""
-        two = [self.predict_plan(p) for p in (first, second)]
+        two = [self.planned(p) for p in (first, second)]
         if None in two or not first.aligned or not second.aligned:
             return None
         best = None
         for i, candidate in enumerate(self.candidates):
-            tiles = sum(features(candidate, p.m, p.n, p.k, 1)[1] for p in (first, second))
+            tiles = sum(output_tiles(candidate, p.m, p.n) for p in (first, second))
             if tiles > PAIR_WAVES * first.sms or (
                 tma_only and candidate.config.get("indexing") != "tensor_descriptor"
             ):
@@ -323,7 +325,8 @@ class Model:
             time = self.predict_pair(i, first, second)
             if time is not None and (best is None or time < best[0]):
                 best = (time, candidate)
-        return best[1] if best is not None and best[0] <= PAIR_GAIN * sum(two) else None
+        two_ms = sum(planned[0] for planned in two)
+        return best[1] if best is not None and best[0] <= PAIR_GAIN * two_ms else None
 
     def to_json(self, **info: object) -> dict:
         return {

@@ -330,7 +330,7 @@ def test_the_pair_runs_in_one_launch_only_where_predicted_faster():
     first, second = backward_pair(1792, 2816, 1280)
     candidate = shipped.pair(first, second)
     index = shipped.candidates.index(candidate)
-    two = shipped.predict_plan(first) + shipped.predict_plan(second)
+    two = shipped.planned(first)[0] + shipped.planned(second)[0]
     assert shipped.predict_pair(index, first, second) <= model.PAIR_GAIN * two
     # Whole waves: nothing to fill; unaligned operands: no fit for one launch.
     assert shipped.pair(*backward_pair(4096, 4096, 4096)) is None
