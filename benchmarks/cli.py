@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     ours.add_argument(
         "--shard",
         type=parse_shard,
-        help="i/n: run the i-th of n contiguous blocks of each op's inputs",
+        help="i/n: run the i-th of n contiguous blocks of each op's inputs (of those "
+        "--input-id and --num-inputs choose)",
     )
     ours.add_argument(
         "--suite", action="store_true", help="the standard suite (implied without --op)"
@@ -261,10 +262,6 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--num-inputs must be positive, got {args.num_inputs}")
     if args.input_id is not None and args.input_id < 0:
         raise UsageError(f"--input-id must be 0 or more, got {args.input_id}")
-    if args.shard and (args.input_id is not None or args.num_inputs is not None):
-        raise UsageError(
-            "--shard chooses --input-id and --num-inputs itself: give one or the other"
-        )
     if args.gpus and args.shard:
         raise UsageError("--gpus gives each GPU a --shard itself: give one or the other")
     if args.gpus and args.output:

@@ -111,7 +111,6 @@ SIZES = ["--n", "48", "--k", "32"]
         (["--shard", "1"], "must look like i/n"),
         (["--shard=-1/2"], "must look like i/n"),
         (["--shard", "a/b"], "must look like i/n"),
-        (["--shard", "0/2", "--num-inputs", "3"], "--shard chooses --input-id"),
         (["--suite", "--op", "gemm"], "drop --op or --suite"),
         (["--mode", "backward"], "unknown ['backward']"),
         (["--isolate"], "lose the helion registration"),
@@ -387,6 +386,25 @@ def test_shards_cover_every_input_once(num_inputs, count):
 def test_a_single_input_runs_in_shard_0():
     assert shard_range(1, (0, 2)) == (0, 1)
     assert shard_range(1, (1, 2))[1] == 0
+
+
+@pytest.mark.parametrize(
+    ("chosen", "shards"),
+    [
+        (["--num-inputs", "8"], [[0, 1, 2, 3], [4, 5, 6, 7]]),
+        (["--input-id", "2", "--num-inputs", "5"], [[2, 3, 4], [5, 6]]),
+        (["--input-id", "9"], [[9, 10], [11]]),
+        (["--num-inputs", "50"], [list(range(6)), list(range(6, 12))]),
+    ],
+)
+def test_shards_split_the_chosen_inputs(monkeypatch, chosen, shards):
+    """``--gpus 2 --num-inputs 8`` gives each GPU half of the 8 inputs (of 12 here)."""
+    monkeypatch.setattr(main_module, "count_inputs", lambda argv: 12)
+    for index, expected in enumerate(shards):
+        options = parse_args(["--op", "addmm", "--mode", "fwd", *chosen, "--shard", f"{index}/2"])
+        (job,) = plan_jobs(options, gpu=True)
+        ids = [int(call.argv[1]) for call in main_module._calls(job, options)]
+        assert ids == expected
 
 
 # --- results -------------------------------------------------------------------------------------
