@@ -133,6 +133,14 @@ def test_tritonbench_s_own_inputs_are_its_default_shapes(tmp_path):
     assert gemm.backends == ("aten_matmul", "helion_matmul_tritonbench")  # no Triton here
     (job,) = shapes(["--op", "addmm", "--mode", "bwd", "--input-id", "2", "--num-inputs", "2"])
     assert job.shapes == ((34839, 512, 1536), (35561, 512, 1536))
+    # A shard (one GPU of --gpus) takes its block of the chosen inputs.
+    argv = ["--op", "addmm", "--mode", "bwd", "--input-id", "2", "--num-inputs", "3"]
+    labels = []
+    for index in range(2):
+        options = parse_args([*argv, "--shard", f"{index}/2"])
+        (job,) = shapes([*argv, "--shard", f"{index}/2"])
+        labels.append([call.label for call in main_module._calls(job, options)])
+    assert labels == [["34839x512x1536", "35561x512x1536"], ["35916x512x1536"]]
     csv_file = tmp_path / "shapes.csv"
     csv_file.write_text("M,N,K,Bias\n256,128,64,\n1000000,768,256,\n")
     (job,) = shapes(["--op", "gemm", "--mode", "fwd", "--input", str(csv_file)])
