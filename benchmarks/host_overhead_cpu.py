@@ -30,8 +30,8 @@ from helion_ops import checks, kernel
 
 
 class FakeDriver:
-    def get_current_device(self) -> int:
-        return 0
+    def get_current_device(self) -> None:
+        return None  # the device of a plan for CPU operands: they are on the current one
 
     def get_current_stream(self, device: int | None = None) -> int:
         return 0

@@ -257,9 +257,15 @@ class LaunchPlan:
         self.shapes = tuple(shape for shape, _, _ in outputs)
         self.pick = operator.itemgetter(*sources)
         self.returns_tuple = returns_tuple
+        self.device = first.device.index
         self.compiled: CompiledKernel | None = None
 
     def __call__(self, *args: Any) -> Any:
+        compiled = self.compiled or self._find_compiled()
+        if compiled is not None and self.current_device() != self.device:
+            # Triton launches on the current device; torch runs an op on its tensors'.
+            with torch.cuda.device(self.device):
+                return self(*args)
         if self.like_first:
             first = args[0]
             outs = [first.new_empty(shape) for shape in self.shapes]
@@ -270,12 +276,11 @@ class LaunchPlan:
             ]
         captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
         launch_args = self.pick((*args, *captured, *outs, *self.constants))
-        compiled = self.compiled or self._find_compiled()
         if compiled is not None and _no_launch_hooks():
             # What Triton's runner (CompiledKernel.__getitem__) calls, the same in Triton 3.6
             # and 3.9, less its launch metadata, which only launch hooks read.
             grid = self.grid
-            stream = self.current_stream(self.current_device())
+            stream = self.current_stream(self.device)
             compiled.run(
                 grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
                 None, None, None, *launch_args,
@@ -461,6 +466,11 @@ def _run(
     """
     if kernel.settings.ref_mode is not RefMode.OFF:
         return kernel(*args)
+    first = args[0]  # every kernel's first argument is an operand
+    if first.is_cuda and first.get_device() != torch.cuda.current_device():
+        # Helion's host function and Triton launch on the current device (as the plans do).
+        with torch.cuda.device(first.device):
+            return _run(kernel, args, captured, fast)
     key = specialization_key(kernel, args, captured)
     # Kernels with tensor descriptors need Triton's scratch allocator, a thread-local setting
     # that Helion's generated module sets once, in the thread that first compiled it: a

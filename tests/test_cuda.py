@@ -415,3 +415,20 @@ def test_new_tritonbench_lazy_forward_backward_captures_for_every_backend(mode):
         torch.cuda.synchronize()
     for got, want in zip(grads["helion"], grads["aten"], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("m,k,n", [(1000, 777, 333), (4096, 4096, 4096)], ids=str)
+def test_operands_on_another_gpu_than_the_current_one(m, k, n):
+    """Triton launches on the current device; the launchers launch on the operands'."""
+
+    def leaf(*shape):
+        return torch.randn(shape, dtype=torch.bfloat16, device="cuda:1").requires_grad_()
+
+    assert torch.cuda.current_device() == 0
+    for _ in range(2):  # the first call builds the launch plans, the second runs them
+        a, b, bias = leaf(m, k), leaf(k, n), leaf(n)
+        check_matmul(a, b)
+        check_addmm(bias, a, b, alpha=1.5, beta=0.5)
+        assert helion_ops.matmul(a, b).device == torch.device("cuda:1")
+    assert torch.cuda.current_device() == 0

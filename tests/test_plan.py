@@ -7,6 +7,7 @@ whose compiled-kernel launch is faked shows what it would pass to the GPU.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import pytest
@@ -195,6 +196,7 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     (plan,) = plans()
     fake = FakeCompiled()
     plan.launcher.compiled[plan.triton_kernel] = fake
+    plan.device = 3  # as if the operands were on cuda:3, the current device
     active = types.SimpleNamespace(
         get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
     )
@@ -217,6 +219,33 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     monkeypatch.setattr(kernel.knobs.runtime, "launch_enter_hook", hook)
     launch_addmm(bias2, a2, b2, 1.0, 1.0)
     assert len(fake.runs) == 2 and fake.runs[-1][0] == "runner"
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="fakes the compiled kernel of the CPU interpreter")
+def test_a_plan_launches_on_its_operands_device_not_the_current_one(monkeypatch):
+    a, b = rand(40, 32), rand(32, 24)
+    launch_mm(a, b)
+    (plan,) = plans()
+    fake = FakeCompiled()
+    plan.launcher.compiled[plan.triton_kernel] = fake
+    plan.device = 1  # the operands' device; the current one is 0
+    current = [0]
+    active = types.SimpleNamespace(
+        get_current_device=lambda: current[0], get_current_stream=lambda d: d * 10
+    )
+    monkeypatch.setattr(kernel, "driver", types.SimpleNamespace(active=active))
+    launched_on = []
+    fake._run = lambda *args: launched_on.append((current[0], args[3]))  # device, stream
+
+    @contextlib.contextmanager
+    def device(index):
+        before, current[0] = current[0], index
+        yield
+        current[0] = before
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    launch_mm(rand(40, 32), rand(32, 24))
+    assert launched_on == [(1, 10)] and current == [0]  # launched on cuda:1, its stream
 
 
 def test_a_pair_decided_against_goes_straight_to_two_launches(monkeypatch):
