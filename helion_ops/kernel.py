@@ -155,12 +155,15 @@ def _matmul_last_wave(
         hl.atomic_add(partial, [tile_m, tile_n], acc)
 
 
-def _make_kernel(body: Callable[..., torch.Tensor], dot_precision: str) -> helion.Kernel:
+def _make_kernel(
+    body: Callable[..., torch.Tensor], dot_precision: str, index_dtype: torch.dtype | None = None
+) -> helion.Kernel:
     return helion.kernel(
         body,
         static_shapes=True,
         dot_precision=dot_precision,
         autotuner_fn=select_config,
+        index_dtype=index_dtype,
     )
 
 
@@ -181,18 +184,26 @@ pair_kernel_tf32 = _make_kernel(_matmul_pair, "tf32")
 # A product whose last wave of tiles would leave SMs idle (fp16 and bf16, where the wave model
 # predicts a gain: ``configs.last_wave_split``): that wave split over K in the same launch.
 last_wave_kernel = _make_kernel(_matmul_last_wave, "ieee")
-KERNELS = (
-    matmul_kernel,
-    matmul_kernel_tf32,
-    split_k_kernel,
-    split_k_kernel_tf32,
-    pair_kernel,
-    pair_kernel_tf32,
-    last_wave_kernel,
-)
+# Helion indexes with 32-bit offsets unless an argument has 2**31 elements or more; an output
+# the kernel allocates is not among its arguments, and Helion refuses offsets past 2**31 into
+# it (an LM head's logits: 32768 tokens x 128256). Each kernel's twin with 64-bit offsets
+# takes such specializations (``_compile_and_run``).
+WIDE = {
+    k: _make_kernel(k.fn, k.settings.dot_precision, torch.int64)
+    for k in (
+        matmul_kernel,
+        matmul_kernel_tf32,
+        split_k_kernel,
+        split_k_kernel_tf32,
+        pair_kernel,
+        pair_kernel_tf32,
+        last_wave_kernel,
+    )
+}
+KERNELS = (*WIDE, *WIDE.values())
 # Kernels whose host function zeroes its output (the split-K kernel adds into it): a launch
 # plan allocates theirs with torch.zeros.
-ZEROED_OUTPUTS = frozenset({split_k_kernel, split_k_kernel_tf32})
+ZEROED_OUTPUTS = frozenset(k for k in KERNELS if k.fn is _matmul_split_k)
 
 
 class DirectLauncher:
@@ -504,6 +515,8 @@ def _compile_and_run(
         host_function = bound.compile_config(bound.autotune(args, force=False))
         launcher = DirectLauncher()
         out = host_function(*args, _launcher=launcher)
+    except helion.exc.IndexOffsetOutOfRangeForInt32:
+        return _compile_and_run(WIDE[kernel], args, key)
     except (helion.exc.BaseError, OutOfResources) as error:
         warnings.warn(
             f"helion_ops: the config chosen for {kernel.name} on "

@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 from conftest import DTYPES
+from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
@@ -432,3 +433,12 @@ def test_operands_on_another_gpu_than_the_current_one(m, k, n):
         check_addmm(bias, a, b, alpha=1.5, beta=0.5)
         assert helion_ops.matmul(a, b).device == torch.device("cuda:1")
     assert torch.cuda.current_device() == 0
+
+
+def test_an_output_past_2_31_elements():
+    """65536 x 32800 outputs from operands of far fewer elements: 64-bit offsets."""
+    a = torch.randn(65536, 768, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(768, 32800, dtype=torch.bfloat16, device="cuda")
+    out = helion_ops.matmul(a, b)
+    last = slice(65536 - 64, None)  # the rows whose offsets pass 2**31
+    assert_matches("last rows", out[last], a[last] @ b, a[last].double() @ b.double())

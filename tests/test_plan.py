@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import types
 
+import helion
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
@@ -246,6 +247,43 @@ def test_a_plan_launches_on_its_operands_device_not_the_current_one(monkeypatch)
     monkeypatch.setattr(torch.cuda, "device", device)
     launch_mm(rand(40, 32), rand(32, 24))
     assert launched_on == [(1, 10)] and current == [0]  # launched on cuda:1, its stream
+
+
+def test_an_output_past_2_31_elements_compiles_with_64_bit_offsets():
+    """Helion picks 32-bit offsets from the arguments' sizes alone; an output of 2**31
+    elements or more from smaller operands needs the kernel's 64-bit twin."""
+    a = torch.empty(65536, 768, dtype=torch.float16, device=DEVICE)
+    b = torch.empty(768, 32800, dtype=torch.float16, device=DEVICE)  # 65536 * 32800 > 2**31
+    args = (a, b, kernel.scaled(1.0))
+    config = helion.Config(block_sizes=[64, 64, 64], num_warps=4, num_stages=2)
+    with pytest.raises(helion.exc.IndexOffsetOutOfRangeForInt32):
+        kernel.matmul_kernel.bind(args).to_triton_code(config)
+    assert "int64" in kernel.WIDE[kernel.matmul_kernel].bind(args).to_triton_code(config)
+
+
+def test_a_specialization_past_32_bit_offsets_runs_on_the_64_bit_twin(monkeypatch):
+    narrow, wide = kernel.matmul_kernel, kernel.WIDE[kernel.matmul_kernel]
+    bind_narrow, bind_wide, bound_by_wide = narrow.bind, wide.bind, []
+
+    def refuse(config):
+        raise helion.exc.IndexOffsetOutOfRangeForInt32(torch.int32)
+
+    def bind_refusing(args):
+        bound = bind_narrow(args)
+        monkeypatch.setattr(bound, "compile_config", refuse)
+        return bound
+
+    def bind_recording(args):
+        bound_by_wide.append(args)
+        return bind_wide(args)
+
+    monkeypatch.setattr(narrow, "bind", bind_refusing)
+    monkeypatch.setattr(wide, "bind", bind_recording)
+    check_mm("mm", rand(48, 40), rand(40, 24), 2.0)
+    binds = len(bound_by_wide)
+    assert binds > 0
+    check_mm("mm again", rand(48, 40), rand(40, 24), -1.0)  # the same plan
+    assert len(bound_by_wide) == binds
 
 
 def test_a_pair_decided_against_goes_straight_to_two_launches(monkeypatch):
