@@ -27,7 +27,7 @@ class MatMulFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return ops.mm_backward(ctx, grad_out, mm=ops.mm, mm_pair=ops.mm_pair)[:2]
+        return ops.mm_backward(ctx, grad_out, *_backward_products())[:2]
 
 
 class AddMMFunction(torch.autograd.Function):
@@ -49,7 +49,27 @@ class AddMMFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return ops.addmm_backward(ctx, grad_out, mm=ops.mm, mm_pair=ops.mm_pair)
+        return ops.addmm_backward(ctx, grad_out, *_backward_products())
+
+
+def _backward_products() -> tuple[ops.MM, ops.MMPair]:
+    """How a backward multiplies: the launchers, or, where autograd records the backward
+    itself (``create_graph=True``: a gradient penalty, a Hessian-vector product), the
+    differentiable public functions, so that the gradients have gradients too."""
+    if torch.is_grad_enabled():
+        return _differentiable_mm, _differentiable_mm_pair
+    return ops.mm, ops.mm_pair
+
+
+def _differentiable_mm(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
+    out = matmul(a, b)
+    return out if alpha == 1 else out * alpha
+
+
+def _differentiable_mm_pair(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _differentiable_mm(a1, b1, alpha), _differentiable_mm(a2, b2, alpha)
 
 
 # torch.autograd.Function.apply less its Python layer (1-2 microseconds a call): that layer

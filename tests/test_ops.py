@@ -209,6 +209,33 @@ def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch):
     assert (a.grad is not None, b.grad is not None) == needs
 
 
+def penalty_grads(fn, inputs: list[torch.Tensor], grad_out: torch.Tensor) -> tuple:
+    """The gradients of a gradient penalty: the squared first-order gradients, summed."""
+    grads = torch.autograd.grad(fn(*inputs), inputs, grad_out, create_graph=True)
+    penalty = sum((g * g).sum() for g in grads)
+    return torch.autograd.grad(penalty, inputs, allow_unused=True, materialize_grads=True)
+
+
+@pytest.mark.parametrize("op", ["matmul", "addmm"])
+def test_second_order_gradients(op):
+    """create_graph=True: the backward's own products are differentiable, as torch's are."""
+    a, b = make((24, 40), torch.float32), make((40, 16), torch.float32)
+    bias = make((16,), torch.float32)
+    if op == "matmul":
+        ours_fn, torch_fn, inputs = helion_ops.matmul, torch.matmul, [a, b]
+    else:
+        ours_fn = lambda *t: helion_ops.addmm(*t, alpha=1.5, beta=-0.5)  # noqa: E731
+        torch_fn = lambda *t: torch.addmm(*t, alpha=1.5, beta=-0.5)  # noqa: E731
+        inputs = [bias, a, b]
+    grad_out = torch.randn(24, 16, device=DEVICE)
+    ours = penalty_grads(ours_fn, inputs, grad_out)
+    theirs = penalty_grads(torch_fn, inputs, grad_out)
+    inputs64 = [t.detach().double().requires_grad_() for t in inputs]
+    ref = penalty_grads(torch_fn, inputs64, grad_out.double())
+    for i, (o, t, r) in enumerate(zip(ours, theirs, ref, strict=True)):
+        assert_matches(f"second-order grad of input {i}", o, t, r)
+
+
 @pytest.mark.parametrize("m,n", [(29, 37), (37, 29)])
 def test_backward_runs_both_products_in_one_launch_on_transposed_views(m, n, monkeypatch):
     """grad_out @ b.T sums over n, a.T @ grad_out over m: the longer goes first."""
