@@ -156,14 +156,14 @@ def _matmul_last_wave(
 
 
 def _make_kernel(
-    body: Callable[..., torch.Tensor], dot_precision: str, index_dtype: torch.dtype | None = None
+    body: Callable[..., torch.Tensor], dot_precision: str, **settings: Any
 ) -> helion.Kernel:
     return helion.kernel(
         body,
         static_shapes=True,
         dot_precision=dot_precision,
         autotuner_fn=select_config,
-        index_dtype=index_dtype,
+        **settings,
     )
 
 
@@ -189,7 +189,7 @@ last_wave_kernel = _make_kernel(_matmul_last_wave, "ieee")
 # it (an LM head's logits: 32768 tokens x 128256). Each kernel's twin with 64-bit offsets
 # takes such specializations (``_compile_and_run``).
 WIDE = {
-    k: _make_kernel(k.fn, k.settings.dot_precision, torch.int64)
+    k: _make_kernel(k.fn, k.settings.dot_precision, index_dtype=torch.int64)
     for k in (
         matmul_kernel,
         matmul_kernel_tf32,
