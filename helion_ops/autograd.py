@@ -54,22 +54,11 @@ class AddMMFunction(torch.autograd.Function):
 
 def _backward_products() -> tuple[ops.MM, ops.MMPair]:
     """How a backward multiplies: the launchers, or, where autograd records the backward
-    itself (``create_graph=True``: a gradient penalty, a Hessian-vector product), the
-    differentiable public functions, so that the gradients have gradients too."""
+    itself (``create_graph=True``: a gradient penalty, a Hessian-vector product), the custom
+    ops, whose registered autograd makes the gradients differentiable too."""
     if torch.is_grad_enabled():
-        return _differentiable_mm, _differentiable_mm_pair
+        return ops.mm_op, ops.mm_pair_op
     return ops.mm, ops.mm_pair
-
-
-def _differentiable_mm(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
-    out = matmul(a, b)
-    return out if alpha == 1 else out * alpha
-
-
-def _differentiable_mm_pair(
-    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _differentiable_mm(a1, b1, alpha), _differentiable_mm(a2, b2, alpha)
 
 
 # torch.autograd.Function.apply less its Python layer (1-2 microseconds a call): that layer
