@@ -18,6 +18,8 @@ transposed operand gets its own entry. The answer, in order:
    shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
    ``pair_rule``. fp32 (and GPUs without a model) get Helion's built-in heuristic default.
+   The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
+   ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
    persistent kernels.
@@ -181,6 +183,8 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     2 to 4 above)."""
     if len(operands) == 5:  # last_wave_kernel's x_full, x_tail, y, out_full, partial
         return last_wave_config(bound_kernel, *operands)
+    if getattr(bound_kernel.kernel.fn, "transposed", False):
+        operands = (operands[1].T, operands[0].T)
     key = config_key(*operands)
     pairs = zip(operands[::2], operands[1::2], strict=True)
     mnks = [product_mnk(a, b) for a, b in pairs]
@@ -416,6 +420,36 @@ def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]
         for dim, stride in zip(sizes, t.stride(), strict=True)
         if stride == 1
     ]
+
+
+# Where the transposed kernel pays (H200, bf16 and fp16, NOTES 59): K of at least this many
+# elements, or at most this many waves of 128x128 output tiles. Over more tiles of a shorter
+# K, the transposed store of each tile costs more than its loads save (32768x1000x512, 2048
+# tiles: 0.91 of the plain kernel's speed; 2560x3000x640, 480 tiles: 1.06).
+TRANSPOSED_MIN_K = 2000
+TRANSPOSED_MAX_WAVES = 4
+
+
+def transposed_pays(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a @ b`` runs on ``kernel.transposed_kernel`` (out.T = b.T @ a.T, b's tiles
+    the dot's first operand): fp16 or bf16, ``a`` contiguous along K and ``b`` along N, b's
+    rows on 16 bytes but not on 32 (N of 1000, 3000, 5000), no exact table entry, and a long
+    K or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``). On the H200 (bf16,
+    NOTES 59) such rows cost the plain kernel 10-40% as b's and little as the first
+    operand's: 992x1000x992 took 7.1 us transposed against 9.7 (aten 6.9), 768x3000x768 11.5
+    against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way."""
+    if a.dtype not in (torch.float16, torch.bfloat16) or a.stride(1) != 1 or b.stride(1) != 1:
+        return False
+    if b.stride(0) * b.element_size() % 32 != 16:
+        return False
+    if not a.is_cuda:
+        return True
+    (m, k), n = a.shape, b.shape[1]
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    if k < TRANSPOSED_MIN_K and tiles > TRANSPOSED_MAX_WAVES * sm_count(a.device):
+        return False
+    table = tuned_table(gpu_arch(a.device))
+    return table_config(table, config_key(a, b), "plain") is None
 
 
 def tma_aligned(*tensors: torch.Tensor) -> bool:

@@ -9,7 +9,9 @@ with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_spl
 fp32 partial sums need one pass to scale, add the bias and cast. The backward's two products,
 where both are small (``wants_pair``) or the wave model predicts it faster
 (``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop twice, each
-over its own range of programs.
+over its own range of programs. fp16/bf16 products whose b rows lie on 16 bytes but not 32
+run ``transposed_kernel`` where ``configs.transposed_pays``: the same product as
+``(y.T @ x.T).T``, the same epilogues and outputs.
 
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked.
@@ -57,6 +59,7 @@ from helion_ops.configs import (
     operands_key,
     product_mnk,
     select_config,
+    transposed_pays,
     tuned_pair,
 )
 from helion_ops.staging import staged
@@ -81,6 +84,29 @@ def _matmul(
             acc = torch.addmm(acc, x[tile_m, tile_k], y[tile_k, tile_n])
         out[tile_m, tile_n] = epilogue(acc, (tile_m, tile_n))
     return out
+
+
+def _matmul_transposed(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epilogue: Epilogue = lambda acc, tile: acc,
+) -> torch.Tensor:
+    # _matmul's product computed as out.T = y.T @ x.T: y's tiles are the dot's first operand,
+    # and each program's tile of out.T is transposed back before the epilogue and the store
+    # (see configs.transposed_pays for where this pays).
+    m, k = x.size()
+    _, n = y.size()
+    out = torch.empty([m, n], dtype=x.dtype, device=x.device)
+    for tile_n, tile_m in hl.tile([n, m]):
+        acc = hl.zeros([tile_n, tile_m], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            acc = torch.addmm(acc, y[tile_k, tile_n].T, x[tile_m, tile_k].T)
+        out[tile_m, tile_n] = epilogue(acc.T, (tile_m, tile_n))
+    return out
+
+
+# choose_config reads this: the transposed kernel's config is that of y.T @ x.T.
+_matmul_transposed.transposed = True
 
 
 def _matmul_split_k(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -171,6 +197,8 @@ def _make_kernel(
 # torch.mm does; fp16 and bf16 are unaffected by it.
 matmul_kernel = _make_kernel(_matmul, "ieee")
 matmul_kernel_tf32 = _make_kernel(_matmul, "tf32")
+# fp16 and bf16 products whose b rows lie on 16 but not 32 bytes (configs.transposed_pays).
+transposed_kernel = _make_kernel(_matmul_transposed, "ieee")
 # A product with few output tiles and a long K (the backward's a.T @ grad_out when M is
 # large) leaves most SMs idle in one pass over K: this variant splits K across programs and
 # adds the partial tiles into an fp32 output with atomics (summation order, hence the last
@@ -193,6 +221,7 @@ WIDE = {
     for k in (
         matmul_kernel,
         matmul_kernel_tf32,
+        transposed_kernel,
         split_k_kernel,
         split_k_kernel_tf32,
         pair_kernel,
@@ -747,7 +776,7 @@ def launch_addmm(
         if split_key not in _splits_compiled:
             _splits_compiled.add(split_key)
             launch_last_wave(bias, a, b, alpha, beta, split.rows)
-    kernel = _kernel_for(a.dtype)
+    kernel = transposed_kernel if transposed_pays(a, b) else _kernel_for(a.dtype)
     # The fast path keeps this plain launch for the key: where the kernel depends only on it,
     # in _fast_mm/_fast_addmm; for a product that splits under a capture only, in
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism

@@ -375,3 +375,35 @@ def test_tune_compile_jobs_cover_every_candidate_once():
     shipped = [config for job in jobs for config in job[6]]
     assert shipped == [dict(c) for c in some]
     assert all(helion.Config(**config) == c for config, c in zip(shipped, some, strict=True))
+
+
+@pytest.mark.parametrize(
+    "dtype, a_shape, b_shape, b_transposed, pays",
+    [
+        (torch.bfloat16, (64, 32), (32, 1000), False, True),  # rows of 2000 bytes
+        (torch.float16, (64, 32), (32, 40), False, True),
+        (torch.bfloat16, (64, 32), (32, 1024), False, False),  # on lines
+        (torch.bfloat16, (64, 32), (32, 1008), False, False),  # 2016 bytes: on 32
+        (torch.float32, (64, 32), (32, 1000), False, False),  # 4000 bytes: on 32
+        (torch.float32, (64, 32), (32, 1004), False, False),  # fp32 keeps the plain kernel
+        (torch.bfloat16, (64, 32), (32, 1000), True, False),  # b contiguous along K
+    ],
+)
+def test_transposed_pays_for_b_rows_on_16_bytes_only(dtype, a_shape, b_shape, b_transposed, pays):
+    a = torch.randn(a_shape, dtype=dtype)
+    b = (
+        torch.randn(b_shape[::-1], dtype=dtype).T
+        if b_transposed
+        else torch.randn(b_shape, dtype=dtype)
+    )
+    assert configs.transposed_pays(a, b) is pays
+    assert not configs.transposed_pays(a.T.contiguous().T, b)  # a contiguous along M
+
+
+def test_the_transposed_kernel_gets_the_config_of_the_transposed_product():
+    from helion_ops.kernel import matmul_kernel, transposed_kernel
+
+    a, b = torch.randn(64, 48, dtype=torch.float16), torch.randn(48, 24, dtype=torch.float16)
+    ours = configs.choose_config(transposed_kernel.bind((a, b)), a, b)
+    theirs = configs.choose_config(matmul_kernel.bind((b.T, a.T)), b.T, a.T)
+    assert ours.config["block_sizes"] == theirs.config["block_sizes"] == [32, 64, 64]

@@ -442,3 +442,33 @@ def test_an_output_past_2_31_elements():
     out = helion_ops.matmul(a, b)
     last = slice(65536 - 64, None)  # the rows whose offsets pass 2**31
     assert_matches("last rows", out[last], a[last] @ b, a[last].double() @ b.double())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("m,k,n", [(992, 992, 1000), (300, 512, 3000), (4096, 2560, 1000)], ids=str)
+def test_b_rows_on_16_bytes_run_transposed_at_size(monkeypatch, dtype, m, k, n):
+    """The transposed kernel with the model's real configs (tensor descriptors, persistent)."""
+    from test_ops import launches
+
+    monkeypatch.setattr(kernel, "last_wave_split", lambda a, b: None)
+    launched = launches(monkeypatch)
+    a, b = make((m, k), dtype), make((k, n), dtype)
+    check_matmul(a, b)
+    check_addmm(make((n,), dtype), a, b, alpha=1.5, beta=0.5)
+    assert launched.count(kernel.transposed_kernel) == 2
+
+
+@pytest.mark.parametrize(
+    "m,n,k,pays",
+    [
+        (992, 1000, 992, True),
+        (8192, 1000, 4096, True),
+        (32768, 1000, 512, False),
+        (8192, 1024, 4096, False),
+    ],
+    ids=str,
+)
+def test_transposed_pays_for_long_k_or_few_tiles(m, n, k, pays):
+    a = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty(k, n, dtype=torch.bfloat16, device="cuda")
+    assert configs.transposed_pays(a, b) is pays

@@ -135,6 +135,40 @@ def test_transposed_views(dtype_mode, a_t, b_t):
     check_addmm(bias, a, b)
 
 
+def launches(monkeypatch) -> list:
+    """The kernels ``kernel._run`` launches from now on, in order."""
+    launched, real_run = [], kernel._run
+    monkeypatch.setattr(
+        kernel, "_run", lambda k, *args, **kw: launched.append(k) or real_run(k, *args, **kw)
+    )
+    return launched
+
+
+# b's rows of 40 fp16/bf16 elements (80 bytes) lie on 16 bytes but not 32: the forward runs
+# on the transposed kernel (configs.transposed_pays), the backward's products do not.
+@pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
+@pytest.mark.parametrize("bias_shape", [None, (37, 40), (40,), (1, 40), (37, 1), ()], ids=str)
+def test_rows_on_16_bytes_run_transposed(dtype_mode, bias_shape, monkeypatch):
+    launched = launches(monkeypatch)
+    a, b = make((37, 50), dtype_mode), make((50, 40), dtype_mode)
+    if bias_shape is None:
+        check_matmul(a, b)
+    else:
+        check_addmm(make(bias_shape, dtype_mode), a, b, alpha=0.75, beta=-2.0)
+    assert launched[0] is kernel.transposed_kernel
+    assert kernel.transposed_kernel not in launched[1:]
+
+
+@pytest.mark.parametrize("row, transposed", [(56, True), (48, False)])
+def test_rows_of_a_view_decide_the_kernel(row, transposed, monkeypatch):
+    """b's leading stride, not N, says where its rows lie: 112 bytes (16 but not 32) or 96."""
+    launched = launches(monkeypatch)
+    a = make((33, 24), torch.float16)
+    b = torch.randn(24, row, dtype=torch.float16, device=DEVICE)[:, :40].requires_grad_()
+    check_matmul(a, b)
+    assert (launched[0] is kernel.transposed_kernel) == transposed
+
+
 def test_strided_views():
     base_a = torch.randn(37, 100, device=DEVICE, requires_grad=True)
     base_b = torch.randn(60, 29, device=DEVICE, requires_grad=True)
