@@ -45,10 +45,10 @@ import torch
 from helion.autotuner import PowerOfTwoFragment
 from helion.runtime import default_launcher, set_triton_allocator
 from helion.runtime.settings import RefMode
-from triton import knobs
+from triton import knobs, set_allocator
 from triton.compiler import CompiledKernel
 from triton.knobs import HookChain
-from triton.runtime import driver
+from triton.runtime import _allocation, driver
 from triton.runtime.errors import OutOfResources
 
 from helion_ops.candidates import SMALL_OUTPUT
@@ -442,6 +442,27 @@ _compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
 # a ContextVar, so a flag of the same kind follows it exactly; Helion's setter re-imports
 # Triton's module on every call (about 6 microseconds).
 _allocator_set = contextvars.ContextVar("helion_ops_allocator_set", default=False)
+_CURRENT_CUDA = torch.device("cuda")
+
+
+def _cuda_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Triton's scratch allocator (global memory for the tensor descriptors a kernel builds,
+    one allocation per launch) for launches on the current CUDA device, as every launch here
+    is. Helion's asks Triton for the active target on every launch, which queries the current
+    device and its properties."""
+    return torch.empty(size, dtype=torch.int8, device=_CURRENT_CUDA)
+
+
+def _set_scratch_allocator() -> None:
+    """This context's scratch allocator: ``_cuda_scratch`` on a GPU, Helion's otherwise (the
+    CPU interpreter); one set by the user stays, as Helion's setter leaves it."""
+    current = _allocation._allocator
+    if isinstance(current, contextvars.ContextVar):  # (a plain global before Triton 3.4)
+        current = current.get()
+    if not torch.cuda.is_available():
+        set_triton_allocator()
+    elif isinstance(current, _allocation.NullAllocator):
+        set_allocator(_cuda_scratch)
 
 
 # The eager fast path: operands seen before go straight to their specialization's plan, one
@@ -517,7 +538,7 @@ def _run(
     # kernel compiled in autograd's backward thread would fail in the caller's thread. (The
     # fast paths run only where this thread has it.)
     if not _allocator_set.get():
-        set_triton_allocator()
+        _set_scratch_allocator()
         _allocator_set.set(True)
     compiled = _compiled.get(key)
     if compiled is None:
