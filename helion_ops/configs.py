@@ -432,15 +432,22 @@ TRANSPOSED_MAX_WAVES = 4
 
 def transposed_pays(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` runs on ``kernel.transposed_kernel`` (out.T = b.T @ a.T, b's tiles
-    the dot's first operand): fp16 or bf16, ``a`` contiguous along K and ``b`` along N, b's
-    rows on 16 bytes but not on 32 (N of 1000, 3000, 5000), no exact table entry, and a long
-    K or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``). On the H200 (bf16,
+    the dot's first operand): fp16 or bf16, ``b`` contiguous along N with rows on 16 bytes but
+    not on 32 (N of 1000, 3000, 5000), ``a`` contiguous along K, or along M with columns on
+    128-byte lines (the backward's ``mat1.T @ grad_out``), no exact table entry, and a long K
+    or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``). On the H200 (bf16,
     NOTES 59) such rows cost the plain kernel 10-40% as b's and little as the first
     operand's: 992x1000x992 took 7.1 us transposed against 9.7 (aten 6.9), 768x3000x768 11.5
-    against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way."""
-    if a.dtype not in (torch.float16, torch.bfloat16) or a.stride(1) != 1 or b.stride(1) != 1:
+    against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way. With
+    ``a`` contiguous along M, a's columns become the second operand's rows: off lines
+    (4000 or 2000 bytes) they took back the gain (NOTES 61)."""
+    if a.dtype not in (torch.float16, torch.bfloat16) or b.stride(1) != 1:
         return False
     if b.stride(0) * b.element_size() % 32 != 16:
+        return False
+    along_k = a.stride(1) == 1
+    along_m_on_lines = a.stride(0) == 1 and a.stride(1) * a.element_size() % LINE_BYTES == 0
+    if not (along_k or along_m_on_lines):
         return False
     if not a.is_cuda:
         return True

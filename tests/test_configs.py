@@ -397,7 +397,14 @@ def test_transposed_pays_for_b_rows_on_16_bytes_only(dtype, a_shape, b_shape, b_
         else torch.randn(b_shape, dtype=dtype)
     )
     assert configs.transposed_pays(a, b) is pays
-    assert not configs.transposed_pays(a.T.contiguous().T, b)  # a contiguous along M
+
+
+@pytest.mark.parametrize("k, pays", [(64, True), (1024, True), (1000, False), (2000, False)])
+def test_transposed_pays_for_a_along_m_with_columns_on_lines(k, pays):
+    """The backward's mat1.T @ grad_out: mat1.T contiguous along M, its columns of k."""
+    mat1 = torch.randn(48, k, dtype=torch.bfloat16)
+    grad_out = torch.randn(48, 1000, dtype=torch.bfloat16)
+    assert configs.transposed_pays(mat1.T, grad_out) is pays
 
 
 def test_the_transposed_kernel_gets_the_config_of_the_transposed_product():

@@ -159,6 +159,19 @@ def test_rows_on_16_bytes_run_transposed(dtype_mode, bias_shape, monkeypatch):
     assert kernel.transposed_kernel not in launched[1:]
 
 
+@pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
+def test_the_backwards_mat1_grad_runs_transposed_where_mat1s_rows_lie_on_lines(
+    dtype_mode, monkeypatch
+):
+    """mat1 [37, 64] (rows of 128 bytes), grad_out [37, 40] (80 bytes): mat1.T @ grad_out
+    runs transposed, grad_out @ mat2.T (mat2.T contiguous along K) does not."""
+    monkeypatch.setattr(kernel, "wants_pair", lambda *shapes: False)
+    launched = launches(monkeypatch)
+    a, b = make((37, 64), dtype_mode), make((64, 40), dtype_mode)
+    check_matmul(a, b)
+    assert launched == [kernel.transposed_kernel, kernel.matmul_kernel, kernel.transposed_kernel]
+
+
 @pytest.mark.parametrize("row, transposed", [(56, True), (48, False)])
 def test_rows_of_a_view_decide_the_kernel(row, transposed, monkeypatch):
     """b's leading stride, not N, says where its rows lie: 112 bytes (16 but not 32) or 96."""

@@ -249,16 +249,18 @@ def test_a_plan_launches_on_its_operands_device_not_the_current_one(monkeypatch)
     assert launched_on == [(1, 10)] and current == [0]  # launched on cuda:1, its stream
 
 
-def test_an_output_past_2_31_elements_compiles_with_64_bit_offsets():
+@pytest.mark.parametrize("narrow", ["matmul_kernel", "transposed_kernel"])
+def test_an_output_past_2_31_elements_compiles_with_64_bit_offsets(narrow):
     """Helion picks 32-bit offsets from the arguments' sizes alone; an output of 2**31
     elements or more from smaller operands needs the kernel's 64-bit twin."""
+    narrow = getattr(kernel, narrow)
     a = torch.empty(65536, 768, dtype=torch.float16, device=DEVICE)
-    b = torch.empty(768, 32800, dtype=torch.float16, device=DEVICE)  # 65536 * 32800 > 2**31
+    b = torch.empty(768, 32776, dtype=torch.float16, device=DEVICE)  # 65536 * 32776 > 2**31
     args = (a, b, kernel.scaled(1.0))
     config = helion.Config(block_sizes=[64, 64, 64], num_warps=4, num_stages=2)
     with pytest.raises(helion.exc.IndexOffsetOutOfRangeForInt32):
-        kernel.matmul_kernel.bind(args).to_triton_code(config)
-    assert "int64" in kernel.WIDE[kernel.matmul_kernel].bind(args).to_triton_code(config)
+        narrow.bind(args).to_triton_code(config)
+    assert "int64" in kernel.WIDE[narrow].bind(args).to_triton_code(config)
 
 
 def test_a_specialization_past_32_bit_offsets_runs_on_the_64_bit_twin(monkeypatch):
