@@ -430,12 +430,14 @@ TRANSPOSED_MIN_K = 2000
 TRANSPOSED_MAX_WAVES = 4
 
 
-def transposed_pays(a: torch.Tensor, b: torch.Tensor) -> bool:
+def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -> bool:
     """Whether ``a @ b`` runs on ``kernel.transposed_kernel`` (out.T = b.T @ a.T, b's tiles
     the dot's first operand): fp16 or bf16, ``b`` contiguous along N with rows on 16 bytes but
     not on 32 (N of 1000, 3000, 5000), ``a`` contiguous along K, or along M with columns on
     128-byte lines (the backward's ``mat1.T @ grad_out``), no exact table entry, and a long K
-    or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``). On the H200 (bf16,
+    or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``). An entry for the
+    product and its ``epilogue`` ("plain" or "bias") runs it plain: ``python -m
+    helion_ops.tune`` writes one only where that beats the transposed kernel. On the H200 (bf16,
     NOTES 59) such rows cost the plain kernel 10-40% as b's and little as the first
     operand's: 992x1000x992 took 7.1 us transposed against 9.7 (aten 6.9), 768x3000x768 11.5
     against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way. With
@@ -456,7 +458,7 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor) -> bool:
     if k < TRANSPOSED_MIN_K and tiles > TRANSPOSED_MAX_WAVES * sm_count(a.device):
         return False
     table = tuned_table(gpu_arch(a.device))
-    return table_config(table, config_key(a, b), "plain") is None
+    return table_config(table, config_key(a, b), epilogue) is None
 
 
 def tma_aligned(*tensors: torch.Tensor) -> bool:

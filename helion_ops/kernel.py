@@ -797,7 +797,8 @@ def launch_addmm(
         if split_key not in _splits_compiled:
             _splits_compiled.add(split_key)
             launch_last_wave(bias, a, b, alpha, beta, split.rows)
-    kernel = transposed_kernel if transposed_pays(a, b) else _kernel_for(a.dtype)
+    transposed = transposed_pays(a, b, "plain" if bias is None else "bias")
+    kernel = transposed_kernel if transposed else _kernel_for(a.dtype)
     # The fast path keeps this plain launch for the key: where the kernel depends only on it,
     # in _fast_mm/_fast_addmm; for a product that splits under a capture only, in
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism

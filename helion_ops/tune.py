@@ -1,27 +1,27 @@
 """Tune configs on a GPU: ``python -m helion_ops.tune [--shape MxNxK ...]``.
 
-For the shapes asked for (``--shape``, any size; by default the standard target sets) it
-times (with the split-K kernel where the launchers use it), for the three matmuls of a
-forward and backward (``a @ b``, ``grad_out @ b.T``,
-``a.T @ grad_out``), a list of candidate configs sized to the output plus Helion's own
-heuristic default against ``torch.mm`` on the same operands, and keeps the fastest. addmm's
-forward gets keys of its own, timed with its bias epilogue (an [M, N] bias, tritonbench's)
-against ``torch.addmm``. The backward's two products, where both outputs are at most
-4096x1024, are also timed as one launch of the pair kernel (layout 'rccr' or 'crrc', the
-longer K first) against two ``torch.mm`` and against our own two launches; the pair gets an
-entry only where it beats the latter (a pair without one is timed again on every run, a few
-seconds). Times are GPU times under CUDA graphs
-(``triton.testing.do_bench_cudagraph``, L2 not flushed), the measure of tritonbench's
-``--cudagraph`` that the targets use. The candidates of a key are first compiled in parallel
-worker processes (``--jobs``), which fill Triton's on-disk cache, so the timing process loads
-rather than compiles them. With ``--autotune`` it also runs Helion's autotuner (effort from
-``HELION_AUTOTUNE_EFFORT``) and adds its winner to the candidates. ``--gpus`` spreads the keys
-over several GPUs, one process each. The table is written when the run ends (``--budget-s``
-ends it in time), with the GPU, versions and date; keys already in it are skipped, so a run
-cut short resumes where it stopped (``--force`` re-measures them). By default it is the
-user's own table, which the runtime reads over the shipped one: tune the shapes of your own
-model once. ``--training RECORDS`` instead times the wave model's candidates on its training
-grid, or on the ``--shape`` shapes (``helion_ops.model``).
+For the shapes asked for (``--shape``, any size; by default the standard target sets) it times
+(with the split-K kernel where the launchers use it), for the three matmuls of a forward and
+backward (``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a list of candidate configs sized
+to the output plus Helion's own heuristic default against ``torch.mm`` on the same operands,
+and keeps the fastest. addmm's forward gets keys of its own, timed with its bias epilogue (an
+[M, N] bias, tritonbench's) against ``torch.addmm``. The backward's two products, where both
+outputs are at most 4096x1024, are also timed as one launch of the pair kernel (layout 'rccr'
+or 'crrc', the longer K first) against two ``torch.mm`` and against our own two launches; the
+pair gets an entry only where it beats the latter (a pair without one is timed again on every
+run, a few seconds). Likewise a product the launchers run on the transposed kernel while it has
+no entry (``configs.transposed_pays``) gets one only where its best candidate beats that
+kernel. Times are GPU times under CUDA graphs (``triton.testing.do_bench_cudagraph``, L2 not
+flushed), the measure of tritonbench's ``--cudagraph`` that the targets use. The candidates of
+a key are first compiled in parallel worker processes (``--jobs``), which fill Triton's on-disk
+cache, so the timing process loads rather than compiles them. With ``--autotune`` it also runs
+Helion's autotuner (effort from ``HELION_AUTOTUNE_EFFORT``) and adds its winner to the
+candidates. ``--gpus`` spreads the keys over several GPUs, one process each. The table is
+written when the run ends (``--budget-s`` ends it in time), with the GPU, versions and date;
+keys already in it are skipped, so a run cut short resumes where it stopped (``--force``
+re-measures them). By default it is the user's own table, which the runtime reads over the
+shipped one: tune the shapes of your own model once. ``--training RECORDS`` instead times the wave
+model's candidates on its training grid, or on the ``--shape`` shapes (``helion_ops.model``).
 """
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ from helion_ops.candidates import (
 )
 from helion_ops.kernel import (
     _kernel_for,
+    _run,
     launch_mm,
     scaled,
     scaled_plus_bias,
+    transposed_kernel,
     wants_pair,
     wants_split_k,
 )
@@ -237,7 +239,8 @@ def tune_key(
     key: tuple, dtype: torch.dtype, candidates: list, autotune: bool, record=None
 ) -> dict | None:
     """Time every candidate on one key; return the table entry of the fastest, or None for
-    a pair that two launches (with their own entries) beat. ``record(config, ms, aten_ms)``,
+    a pair that two launches (with their own entries) beat, or for a product that the
+    transposed kernel, which it runs without an entry, beats. ``record(config, ms, aten_ms)``,
     if given, is called with every timing."""
     m, n, k, _, layout, epilogue = key
     bound, args, aten = _bound(m, n, k, layout, epilogue, dtype)
@@ -248,6 +251,10 @@ def tune_key(
     pair = len(layout) == 4
     if pair:
         two_ms = bench(lambda: (launch_mm(*args[:2]), launch_mm(*args[2:4])))
+    # A product the launchers run transposed while it has no entry (an entry runs it plain).
+    transposed = not pair and len(args) == 3 and configs.transposed_pays(*args[:2], epilogue)
+    if transposed:
+        transposed_ms = bench(lambda: _run(transposed_kernel, args))
     timings = []
     for config in candidates:
         try:
@@ -265,6 +272,9 @@ def tune_key(
     best_ms, best = ranked[0]
     if pair and best_ms >= two_ms:
         print(f"    two launches take {two_ms:.5f} ms: no entry")
+        return None
+    if transposed and best_ms >= transposed_ms:
+        print(f"    the transposed kernel takes {transposed_ms:.5f} ms: no entry")
         return None
     return {
         "m": m,
@@ -452,8 +462,8 @@ def _add_record(
 def tune_keys(
     gpu: int, keys: list[tuple], args: argparse.Namespace
 ) -> tuple[dict[tuple, dict | None], list[dict]]:
-    """Time ``keys`` on GPU ``gpu``: the entries found (None for a pair that two launches
-    beat) and, with ``--training``, every timing as a record."""
+    """Time ``keys`` on GPU ``gpu``: the entries found (None where ``tune_key`` keeps
+    none) and, with ``--training``, every timing as a record."""
     torch.cuda.set_device(gpu)
     dtype = getattr(torch, args.dtype)
     start = time.monotonic()

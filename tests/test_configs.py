@@ -16,6 +16,7 @@ from helion_ops.kernel import (
     matmul_kernel,
     matmul_kernel_tf32,
     pair_kernel,
+    scaled,
     split_k_kernel,
     wants_split_k,
 )
@@ -414,3 +415,30 @@ def test_the_transposed_kernel_gets_the_config_of_the_transposed_product():
     ours = configs.choose_config(transposed_kernel.bind((a, b)), a, b)
     theirs = configs.choose_config(matmul_kernel.bind((b.T, a.T)), b.T, a.T)
     assert ours.config["block_sizes"] == theirs.config["block_sizes"] == [32, 64, 64]
+
+
+@pytest.mark.parametrize("transposed_ms, keeps_entry", [(0.5, False), (2.0, True)])
+def test_tune_keeps_an_entry_only_where_it_beats_the_transposed_kernel(
+    monkeypatch, transposed_ms, keeps_entry
+):
+    """An entry makes the launchers run a product plain that they would run transposed."""
+    args = (torch.randn(8, 8), torch.randn(8, 8), scaled(1.0))
+
+    class Bound:
+        def compile_config(self, config):
+            return lambda *args: "candidate"
+
+    times = {"aten": 1.5, "transposed": transposed_ms, "candidate": 1.0}
+    monkeypatch.setattr(tune, "_bound", lambda *key: (Bound(), args, lambda: "aten"))
+    monkeypatch.setattr(tune, "bench", lambda fn: times[fn()])
+    monkeypatch.setattr(tune, "_run", lambda kernel, run_args: "transposed")
+    monkeypatch.setattr(configs, "transposed_pays", lambda a, b, epilogue: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    key = (8, 8, 8, "bfloat16", "rr", "plain")
+    entry = tune.tune_key(
+        key,
+        torch.bfloat16,
+        [helion.Config(block_sizes=[16, 16, 16], num_warps=4, num_stages=2)],
+        False,
+    )
+    assert (entry is not None) is keeps_entry

@@ -6,6 +6,7 @@ import functools
 import threading
 import warnings
 
+import helion
 import pytest
 import torch
 from conftest import DTYPES
@@ -472,3 +473,15 @@ def test_transposed_pays_for_long_k_or_few_tiles(m, n, k, pays):
     a = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
     b = torch.empty(k, n, dtype=torch.bfloat16, device="cuda")
     assert configs.transposed_pays(a, b) is pays
+
+
+def test_an_entry_for_the_product_and_its_epilogue_keeps_it_plain(monkeypatch):
+    """A plain entry keeps a @ b plain, a bias entry addmm's forward: ``tune`` writes one
+    only where it beats the transposed kernel."""
+    a = torch.empty(992, 992, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty(992, 1000, dtype=torch.bfloat16, device="cuda")
+    key = (*configs.config_key(a, b), "bias")
+    entry = helion.Config(block_sizes=[64, 128, 64], num_warps=4, num_stages=3)
+    assert configs.transposed_pays(a, b, "plain") and configs.transposed_pays(a, b, "bias")
+    monkeypatch.setattr(configs, "tuned_table", lambda arch: {key: entry})
+    assert configs.transposed_pays(a, b, "plain") and not configs.transposed_pays(a, b, "bias")
