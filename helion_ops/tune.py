@@ -254,7 +254,9 @@ def tune_key(
     # A product the launchers run transposed while it has no entry (an entry runs it plain).
     transposed = not pair and len(args) == 3 and configs.transposed_pays(*args[:2], epilogue)
     if transposed:
-        transposed_ms = bench(lambda: _run(transposed_kernel, args))
+        cells = args[2].__closure__ or ()  # the epilogue's: addmm's bias is part of the key
+        bias = tuple(c.cell_contents for c in cells if isinstance(c.cell_contents, torch.Tensor))
+        transposed_ms = bench(lambda: _run(transposed_kernel, args, bias))
     timings = []
     for config in candidates:
         try:

@@ -431,7 +431,7 @@ def test_tune_keeps_an_entry_only_where_it_beats_the_transposed_kernel(
     times = {"aten": 1.5, "transposed": transposed_ms, "candidate": 1.0}
     monkeypatch.setattr(tune, "_bound", lambda *key: (Bound(), args, lambda: "aten"))
     monkeypatch.setattr(tune, "bench", lambda fn: times[fn()])
-    monkeypatch.setattr(tune, "_run", lambda kernel, run_args: "transposed")
+    monkeypatch.setattr(tune, "_run", lambda kernel, run_args, captured: "transposed")
     monkeypatch.setattr(configs, "transposed_pays", lambda a, b, epilogue: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
     key = (8, 8, 8, "bfloat16", "rr", "plain")
