@@ -288,11 +288,7 @@ def test_backward_runs_both_products_in_one_launch_on_transposed_views(m, n, mon
     """grad_out @ b.T sums over n, a.T @ grad_out over m: the longer goes first."""
     from helion_ops import ops
 
-    launched, seen = [], []
-    real_run, real_pair = kernel._run, ops.launch_mm_pair
-    monkeypatch.setattr(
-        kernel, "_run", lambda k, *args, **kw: launched.append(k) or real_run(k, *args, **kw)
-    )
+    launched, seen, real_pair = launches(monkeypatch), [], ops.launch_mm_pair
     monkeypatch.setattr(ops, "launch_mm_pair", lambda *args: seen.append(args) or real_pair(*args))
     a, b = make((m, 50), torch.float32), make((50, n), torch.float32)
     out = helion_ops.matmul(a, b)
@@ -319,13 +315,9 @@ def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
     from helion_ops.candidates import config
 
     decision = configs.pair_of(config(64, 32, 32, 4, 2, "flat")) if chosen else None
-    asked, launched = [], []
-    real_run = kernel._run
+    asked, launched = [], launches(monkeypatch)
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
     monkeypatch.setattr(kernel, "model_pair", lambda *ops: asked.append(ops) or decision)
-    monkeypatch.setattr(
-        kernel, "_run", lambda k, *args, **kw: launched.append(k) or real_run(k, *args, **kw)
-    )
     a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
     kernel.reset()
     for _ in range(2):
