@@ -456,12 +456,13 @@ def _cuda_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor
 def _set_scratch_allocator() -> None:
     """This context's scratch allocator: ``_cuda_scratch`` on a GPU, Helion's otherwise (the
     CPU interpreter); one set by the user stays, as Helion's setter leaves it."""
+    if not torch.cuda.is_available():
+        set_triton_allocator()
+        return
     current = _allocation._allocator
     if isinstance(current, contextvars.ContextVar):  # (a plain global before Triton 3.4)
         current = current.get()
-    if not torch.cuda.is_available():
-        set_triton_allocator()
-    elif isinstance(current, _allocation.NullAllocator):
+    if isinstance(current, _allocation.NullAllocator):
         set_allocator(_cuda_scratch)
 
 
