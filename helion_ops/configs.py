@@ -199,7 +199,9 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if config is not None:
         return config
     if len(mnks) == 2:
-        return model_pair(*operands) or pair_rule(*mnks, dtype)
+        # The pair kernel runs where some rule admitted one launch (``kernel.launch_mm_pair``);
+        # the eager rule admits the most, with the same config.
+        return model_pair(*operands, eager=True) or pair_rule(*mnks, dtype)
     model = shipped_model(gpu_arch(device))
     if dtype == torch.float32 or model is None:
         return bound_kernel.config_spec.default_config()
@@ -276,20 +278,22 @@ _model_pairs: dict[tuple, helion.Config | None] = {}
 
 
 def model_pair(
-    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, eager: bool = False
 ) -> helion.Config | None:
     """The config of ``a1 @ b1`` and ``a2 @ b2`` in one launch of ``pair_kernel`` where the
-    wave model predicts that faster than two launches (``Model.pair``), else None. Only
-    fp16 and bf16 on a GPU with a model, 16-byte aligned operands, neither product in the
-    table, and an output larger than ``SMALL_OUTPUT`` (smaller pairs take ``pair_rule``);
-    decided once per operands' keys."""
+    wave model predicts that faster than two launches (``Model.pair``; ``eager``: outside a
+    CUDA graph capture, where one launch fewer also saves host time),
+    else None. The config is the same either way where both admit the pair. Only fp16 and
+    bf16 on a GPU with a model, 16-byte aligned operands, neither product in the table, and
+    an output larger than ``SMALL_OUTPUT`` (smaller pairs take ``pair_rule``); decided once
+    per operands' keys."""
     if (
         not a1.is_cuda
         or a1.dtype == torch.float32
         or max(a1.shape[0] * b1.shape[1], a2.shape[0] * b2.shape[1]) <= SMALL_OUTPUT
     ):
         return None
-    key = (operands_key(a1, b1), operands_key(a2, b2))
+    key = (operands_key(a1, b1), operands_key(a2, b2), eager)
     if key in _model_pairs:
         return _model_pairs[key]
     config = None
@@ -300,7 +304,8 @@ def model_pair(
         and tma_aligned(a1, b1, a2, b2)
     ):
         tma_only = not (masks_vectorize(a1, b1) and masks_vectorize(a2, b2))
-        candidate = model.pair(model_product(a1, b1), model_product(a2, b2), tma_only)
+        first, second = model_product(a1, b1), model_product(a2, b2)
+        candidate = model.pair(first, second, tma_only, eager)
         config = None if candidate is None else pair_of(candidate)
     _model_pairs[key] = config
     return config

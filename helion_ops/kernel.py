@@ -477,6 +477,9 @@ def _set_scratch_allocator() -> None:
 _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
+# Eager calls of pairs whose _fast_pair entry is None: their own decision, which counts the
+# host time of the launch one launch saves (``configs.model_pair``).
+_fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
 # Plain launches of products that split their last wave under a CUDA graph capture only
 # (``configs.LastWaveSplit.eager`` False), read after a miss in _fast_mm or _fast_addmm when
 # no capture is under way (launch_mm's and launch_addmm's keys differ in length).
@@ -493,6 +496,7 @@ def reset() -> None:
     _fast_mm.clear()
     _fast_addmm.clear()
     _fast_pair.clear()
+    _fast_pair_eager.clear()
     _fast_eager.clear()
     _splits_compiled.clear()
     for kernel in KERNELS:
@@ -634,40 +638,55 @@ def launch_mm_pair(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``: one launch where ``wants_pair``, the
     tuned table has the pair (measured faster than two launches) or the wave model predicts
-    it faster (``configs.model_pair``), else two.
+    it faster (``configs.model_pair``; outside a CUDA graph capture counting the host time
+    of the launch it saves), else two.
 
     All four operands share a dtype and device; any may be a transposed view. The first
     product's tiles start first: put the one with the longer K there.
     """
+    if alpha == 0:  # reads neither product: zeros from launch_mm
+        return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
     fast_key = (
         a1.shape, b1.shape, a2.shape, b2.shape, a1.stride(), b1.stride(), a2.stride(),
         b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
         a2.data_ptr() % 16, b2.data_ptr() % 16,
     )  # fmt: skip
     plan = _fast_pair.get(fast_key, _UNSEEN)
-    if plan is None and alpha != 0:  # seen before: two launches
+    if plan is None and not capturing(a1):
+        plan = _fast_pair_eager.get(fast_key, _UNSEEN)
+    if plan is None:  # seen before: two launches
         return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
-    if plan is not _UNSEEN and alpha != 0 and _allocator_set.get():
+    if plan is not _UNSEEN and _allocator_set.get():
         return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
-    if alpha != 0:
-        # Unaligned operands copied once for both products (the backward's grad_out), where
-        # that pays (``staging.staged``); entries are made for aligned operands only.
-        aligned = staged([(a1, b1), (a2, b2)])
-        if aligned is not None:
-            return launch_mm_pair(*aligned[0], *aligned[1], alpha)
+    # Unaligned operands copied once for both products (the backward's grad_out), where that
+    # pays (``staging.staged``); entries are made for aligned operands only.
+    aligned = staged([(a1, b1), (a2, b2)])
+    if aligned is not None:
+        return launch_mm_pair(*aligned[0], *aligned[1], alpha)
     operands = (a1, b1, a2, b2)
-    fast_dtype = a1.dtype in FAST_DTYPES
     mnks = (product_mnk(a1, b1), product_mnk(a2, b2))
-    if alpha != 0 and (
-        wants_pair(*mnks)
-        or tuned_pair(*operands)
-        or (not any(wants_split_k(*mnk) for mnk in mnks) and model_pair(*operands))
-    ):
+    eager = not capturing(a1)
+    modelled = not any(wants_split_k(*mnk) for mnk in mnks)
+    everywhere = wants_pair(*mnks) or tuned_pair(*operands) or (modelled and model_pair(*operands))
+    one_launch = everywhere or (eager and modelled and model_pair(*operands, eager=True))
+    fast_dtype = a1.dtype in FAST_DTYPES
+    if fast_dtype:
+        # The decisions depend on nothing the key does not hold. Where they differ, captures
+        # read the one in _fast_pair (None), eager calls the one in _fast_pair_eager.
+        if not everywhere:
+            _fast_pair[fast_key] = None
+        if eager and not one_launch:
+            _fast_pair_eager[fast_key] = None
+    if one_launch and not everywhere:
+        # The two launches a capture makes instead are compiled now (results unused), as a
+        # capture should not compile.
+        launch_mm(a1, b1, alpha)
+        launch_mm(a2, b2, alpha)
+    if one_launch:
+        plans = _fast_pair if everywhere else _fast_pair_eager
+        fast = (plans, fast_key) if fast_dtype else None
         kernel = _kernel_for(a1.dtype, pair=True)
-        fast = (_fast_pair, fast_key) if fast_dtype else None
         return _run(kernel, (*operands, scaled(alpha), scaled(alpha)), fast=fast)
-    if alpha != 0 and fast_dtype:
-        _fast_pair[fast_key] = None  # the decision depends on nothing the key does not hold
     return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
 
 

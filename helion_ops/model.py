@@ -30,10 +30,11 @@ on shapes left out of it.
 The choice (``Model.plan``): the candidate of least predicted time, or, where a product's
 last wave of tiles leaves SMs idle and splitting it over K in the same launch is predicted
 faster by ``LAST_WAVE_GAIN`` (``last_wave``), that split. A backward's two products
-(``Model.pair``) run in one launch where that is predicted faster by ``PAIR_GAIN`` than each
-run as ``plan`` says: the same per-tile times (``a * steps + b`` a tile, one ``c``), with the
-second product's tiles filling the SMs the first one's last wave leaves idle
-(``busiest_sm``).
+(``Model.pair``) run in one launch where predicted to take at most ``PAIR_GAIN`` times
+their time run as ``plan`` says, plus, outside CUDA graphs (where each launch also costs
+host time) and for backwards short enough not to hide it, ``EAGER_LAUNCH_MS``: the same
+per-tile times (``a * steps + b`` a tile, one ``c``), with the second product's tiles
+filling the SMs the first one's last wave leaves idle (``busiest_sm``).
 """
 
 from __future__ import annotations
@@ -124,6 +125,13 @@ def last_wave(
 # faster in one launch measured 1.05-1.17x; the five predicted 0.99-1.01x measured 0.99-1.04x
 # with the best of five pair configs.
 PAIR_GAIN = 0.95
+# Outside a CUDA graph each launch also costs host time, which a host-bound caller waits
+# for: one launch fewer saved 15-125 us of a backward's host time on the H200 machines
+# (NOTES 62), so there a pair may be predicted up to EAGER_LAUNCH_MS slower on the GPU and
+# still pay; but only for backwards predicted under EAGER_HOST_MS on the GPU, about the
+# host time of a whole backward there (0.11-0.39 ms), which a longer one hides.
+EAGER_LAUNCH_MS = 0.03
+EAGER_HOST_MS = 0.3
 PAIR_WAVES = 16
 
 
@@ -308,10 +316,13 @@ class Model:
             launch = max(launch, factor * c)
         return busiest_sm(tiles, first.sms, candidate.config.get("pid_type", "flat")) + launch
 
-    def pair(self, first: Product, second: Product, tma_only: bool = False) -> helion.Config | None:
+    def pair(
+        self, first: Product, second: Product, tma_only: bool = False, eager: bool = False
+    ) -> helion.Config | None:
         """The candidate to run both products in one launch with, where predicted
-        ``PAIR_GAIN`` times their time in two launches (``planned``) or less; else None.
-        ``tma_only`` as in ``best_plain``."""
+        ``PAIR_GAIN`` times their time in two launches (``planned``) or less, plus, for
+        ``eager`` calls (outside CUDA graphs) of less than ``EAGER_HOST_MS``,
+        ``EAGER_LAUNCH_MS``; else None. ``tma_only`` as in ``best_plain``."""
         two = [self.planned(p) for p in (first, second)]
         if None in two or not first.aligned or not second.aligned:
             return None
@@ -326,7 +337,10 @@ class Model:
             if time is not None and (best is None or time < best[0]):
                 best = (time, candidate)
         two_ms = sum(planned[0] for planned in two)
-        return best[1] if best is not None and best[0] <= PAIR_GAIN * two_ms else None
+        saved_ms = EAGER_LAUNCH_MS if eager and two_ms < EAGER_HOST_MS else 0.0
+        if best is None or best[0] > PAIR_GAIN * two_ms + saved_ms:
+            return None
+        return best[1]
 
     def to_json(self, **info: object) -> dict:
         return {

@@ -203,7 +203,7 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
         first = configs.pair_rule((m, n, k), second, dtype)
         if torch.cuda.is_available():  # the model's choice needs the GPU's operands
             _, args, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
-            first = configs.model_pair(*args[:4]) or first
+            first = configs.model_pair(*args[:4], eager=True) or first
         return [first, *more]
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
     return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]

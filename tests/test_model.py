@@ -337,3 +337,17 @@ def test_the_pair_runs_in_one_launch_only_where_predicted_faster():
     assert shipped.pair(first._replace(aligned=False), second._replace(aligned=False)) is None
     only_tma = shipped.pair(first, second, tma_only=True)
     assert only_tma is None or only_tma.config["indexing"] == "tensor_descriptor"
+
+
+def test_eager_calls_count_the_host_time_one_launch_fewer_saves():
+    """Outside CUDA graphs a pair predicted no faster than two launches still saves one
+    launch's host time: 2048^3's backward (predicted as fast either way) pairs there only;
+    4096^3's (0.38 ms, longer than ``EAGER_HOST_MS``) hides its host time and pairs nowhere."""
+    shipped = model.shipped_model("sm90")
+    short, long = backward_pair(2048, 2048, 2048), backward_pair(4096, 4096, 4096)
+    two = sum(shipped.planned(p)[0] for p in long)
+    assert two > model.EAGER_HOST_MS
+    assert shipped.pair(*short) is None
+    assert shipped.pair(*short, eager=True) is not None
+    assert shipped.pair(*long) is None
+    assert shipped.pair(*long, eager=True) is None

@@ -317,15 +317,60 @@ def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
     decision = configs.pair_of(config(64, 32, 32, 4, 2, "flat")) if chosen else None
     asked, launched = [], launches(monkeypatch)
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
-    monkeypatch.setattr(kernel, "model_pair", lambda *ops: asked.append(ops) or decision)
+    monkeypatch.setattr(
+        kernel, "model_pair", lambda *ops, eager=False: asked.append(eager) or decision
+    )
     a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
     kernel.reset()
     for _ in range(2):
         first, second = kernel.launch_mm_pair(g, b.T, a.T, g, 0.5)
         assert_matches("g @ b.T", first, 0.5 * (g @ b.T), 0.5 * (g.double() @ b.T.double()))
         assert_matches("a.T @ g", second, 0.5 * (a.T @ g), 0.5 * (a.T.double() @ g.double()))
-    assert len(asked) == 1  # the second call takes the first one's launches
+    # Decided on the first call only: for captures, and for eager calls where that said no.
+    assert asked == ([False] if chosen else [False, True])
     assert launched == ([kernel.pair_kernel] if chosen else [kernel.matmul_kernel] * 2)
+
+
+@pytest.mark.parametrize("capture_first", [True, False])
+def test_a_pair_for_eager_calls_only_runs_two_launches_under_a_capture(capture_first, monkeypatch):
+    """A pair that only eager calls run in one launch (the host time it saves counts there,
+    ``configs.model_pair(..., eager=True)``): eager calls take the pair kernel, captures two
+    launches, whichever comes first; the first eager call also runs the capture's launches
+    (so that a capture never compiles). Right against float64 each time; once an eager call
+    and a capture have decided, neither asks again."""
+    from helion_ops.candidates import config
+
+    pair = configs.pair_of(config(64, 32, 32, 4, 2, "flat"))
+    asked, calls, real_mm, real_run = [], [], kernel.launch_mm, kernel._run
+    monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
+    monkeypatch.setattr(
+        kernel, "model_pair", lambda *ops, eager=False: asked.append(eager) or (eager and pair)
+    )
+    monkeypatch.setattr(kernel, "launch_mm", lambda *a: calls.append("mm") or real_mm(*a))
+
+    def run(k, *args, **kwargs):
+        calls.append("pair" * (k is kernel.pair_kernel))
+        return real_run(k, *args, **kwargs)
+
+    monkeypatch.setattr(kernel, "_run", run)
+    capture = [True]
+    monkeypatch.setattr(kernel, "capturing", lambda t: capture[0])
+    a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+    kernel.reset()
+    first_asks = [False, False, True] if capture_first else [False, True]
+    steps = [(True, ["mm", "mm"], [False])] if capture_first else []
+    steps += [
+        (False, ["mm", "mm", "pair"], first_asks),  # the first eager call
+        (False, [], first_asks),  # the pair's plan, straight from the fast path
+        (True, ["mm", "mm"], first_asks),
+    ]
+    for capturing, want_calls, want_asked in steps:
+        capture[0] = capturing
+        calls.clear()
+        first, second = kernel.launch_mm_pair(g, b.T, a.T, g, -0.5)
+        assert_matches("g @ b.T", first, -0.5 * (g @ b.T), -0.5 * (g.double() @ b.T.double()))
+        assert_matches("a.T @ g", second, -0.5 * (a.T @ g), -0.5 * (a.T.double() @ g.double()))
+        assert ([c for c in calls if c], asked) == (want_calls, want_asked), capturing
 
 
 @pytest.mark.parametrize(
