@@ -281,12 +281,11 @@ def model_pair(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, eager: bool = False
 ) -> helion.Config | None:
     """The config of ``a1 @ b1`` and ``a2 @ b2`` in one launch of ``pair_kernel`` where the
-    wave model predicts that faster than two launches (``Model.pair``; ``eager``: outside a
-    CUDA graph capture, where one launch fewer also saves host time),
-    else None. The config is the same either way where both admit the pair. Only fp16 and
-    bf16 on a GPU with a model, 16-byte aligned operands, neither product in the table, and
-    an output larger than ``SMALL_OUTPUT`` (smaller pairs take ``pair_rule``); decided once
-    per operands' keys."""
+    wave model predicts that faster than two launches (``Model.pair``; ``eager``: for calls
+    outside a CUDA graph capture, where one launch fewer also saves host time), else None;
+    the same config either way where both admit the pair. Only fp16 and bf16 on a GPU with a
+    model, 16-byte aligned operands, neither product in the table, and an output larger than
+    ``SMALL_OUTPUT`` (smaller pairs take ``pair_rule``); decided once per operands' keys."""
     if (
         not a1.is_cuda
         or a1.dtype == torch.float32

@@ -478,7 +478,7 @@ _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
 # Eager calls of pairs whose _fast_pair entry is None: their own decision, which counts the
-# host time of the launch one launch saves (``configs.model_pair``).
+# host time that one launch fewer saves (``configs.model_pair(..., eager=True)``).
 _fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
 # Plain launches of products that split their last wave under a CUDA graph capture only
 # (``configs.LastWaveSplit.eager`` False), read after a miss in _fast_mm or _fast_addmm when

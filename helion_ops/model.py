@@ -126,10 +126,11 @@ def last_wave(
 # with the best of five pair configs.
 PAIR_GAIN = 0.95
 # Outside a CUDA graph each launch also costs host time, which a host-bound caller waits
-# for: one launch fewer saved 15-125 us of a backward's host time on the H200 machines
-# (NOTES 62), so there a pair may be predicted up to EAGER_LAUNCH_MS slower on the GPU and
-# still pay; but only for backwards predicted under EAGER_HOST_MS on the GPU, about the
-# host time of a whole backward there (0.11-0.39 ms), which a longer one hides.
+# for: one launch fewer saved a backward 33 us of host time in the median of 20 held-out
+# shapes on an H200 machine (NOTES 62), so there a pair may be predicted up to
+# EAGER_LAUNCH_MS slower on the GPU and still pay; but only for backwards predicted under
+# EAGER_HOST_MS on the GPU, about the host time of a whole backward there (0.11-0.39 ms),
+# which a longer one hides.
 EAGER_LAUNCH_MS = 0.03
 EAGER_HOST_MS = 0.3
 PAIR_WAVES = 16
