@@ -222,6 +222,37 @@ def test_a_capture_splits_what_eager_calls_run_plain(monkeypatch):
     torch.testing.assert_close(captured, eager, rtol=0, atol=unit)
 
 
+def test_a_pair_for_eager_calls_only_is_two_launches_under_a_capture():
+    """2000^3 bf16's backward (NOTES 62): eager calls run both products in one launch, as the
+    host time of a launch counts there, and a CUDA graph captures the two launches the model
+    predicts as fast, compiled by the eager call; eager and replayed grads against float64."""
+    a, b, g = (make((2000, 2000), torch.bfloat16).detach() for _ in range(3))
+    operands = (g, b.T, a.T, g)
+    assert configs.model_pair(*operands) is None
+    assert configs.model_pair(*operands, eager=True) is not None
+    kernel.reset()
+    eager = kernel.launch_mm_pair(*operands, 0.5)
+    assert any(key[0] is kernel.pair_kernel for key in kernel._compiled)
+    compiled = set(kernel._compiled)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = kernel.launch_mm_pair(*operands, 0.5)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert set(kernel._compiled) == compiled  # the capture compiled nothing
+    assert list(kernel._fast_pair.values()) == [None]  # captures: two launches
+    assert isinstance(next(iter(kernel._fast_pair_eager.values())), kernel.LaunchPlan)
+    products = [("g @ b.T", g, b.T), ("a.T @ g", a.T, g)]
+    for (name, x, y), ours, replayed in zip(products, eager, captured, strict=True):
+        want = 0.5 * (x.double() @ y.double())
+        assert_matches(f"eager {name}", ours, 0.5 * (x @ y), want)
+        assert_matches(f"captured {name}", replayed, 0.5 * (x @ y), want)
+
+
 def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
     """Under torch.use_deterministic_algorithms(True) (on here: the poisoning fixture), a
     split-K product (a.T @ g of a tall product) and one whose last wave splits under a
