@@ -668,7 +668,11 @@ def launch_mm_pair(
     eager = not capturing(a1)
     modelled = not any(wants_split_k(*mnk) for mnk in mnks)
     everywhere = wants_pair(*mnks) or tuned_pair(*operands) or (modelled and model_pair(*operands))
-    one_launch = everywhere or (eager and modelled and model_pair(*operands, eager=True))
+    # The eager rule trades GPU time for host time against the model's two plain launches;
+    # where one of them would run transposed, two launches gain more (NOTES 61), and stay.
+    transposed = transposed_pays(a1, b1) or transposed_pays(a2, b2)
+    eager_rule = eager and modelled and not transposed
+    one_launch = everywhere or (eager_rule and model_pair(*operands, eager=True))
     fast_dtype = a1.dtype in FAST_DTYPES
     if fast_dtype:
         # The decisions depend on nothing the key does not hold. Where they differ, captures

@@ -331,6 +331,21 @@ def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
     assert launched == ([kernel.pair_kernel] if chosen else [kernel.matmul_kernel] * 2)
 
 
+def test_the_eager_pair_rule_leaves_a_transposed_product_its_own_launch(monkeypatch):
+    """Where one product would run on the transposed kernel (``configs.transposed_pays``),
+    two launches beat the model's plain ones: eager calls keep them, unasked."""
+    asked = []
+    monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
+    monkeypatch.setattr(kernel, "model_pair", lambda *ops, eager=False: asked.append(eager))
+    monkeypatch.setattr(kernel, "transposed_pays", lambda a, b, epilogue="plain": True)
+    a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+    kernel.reset()
+    first, second = kernel.launch_mm_pair(g, b.T, a.T, g, 2.0)
+    assert_matches("g @ b.T", first, 2.0 * (g @ b.T), 2.0 * (g.double() @ b.T.double()))
+    assert_matches("a.T @ g", second, 2.0 * (a.T @ g), 2.0 * (a.T.double() @ g.double()))
+    assert asked == [False]
+
+
 @pytest.mark.parametrize("capture_first", [True, False])
 def test_a_pair_for_eager_calls_only_runs_two_launches_under_a_capture(capture_first, monkeypatch):
     """A pair that only eager calls run in one launch (the host time it saves counts there,
