@@ -10,7 +10,10 @@ writes ``validation.csv`` and ``validation.json`` (per op, mode, dtype and shape
 helion's latency, the speedup, helion's accuracy) and prints the geomean and minimum.
 ``--gpus N`` runs each (op, dtype) in a process of its own, on N local GPUs at once; where
 there are fewer (op, dtype) than GPUs, each one's shapes are dealt out in parts, one process
-per part, so that every GPU measures.
+per part, so that every GPU measures. ``--rounds N`` runs it all N times, each round into a
+folder of its own (``round0``...), and reports each shape's median over the rounds: without
+``--cudagraph`` the host's speed decides many shapes, and one run's speedup can be half or
+twice the next one's (results README, issue 16).
 """
 
 from __future__ import annotations
@@ -143,6 +146,34 @@ def collect(out: Path) -> list[dict]:
     return rows
 
 
+def median_of_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """One row per (op, mode, dtype, shape) of ``collect``'s rows of each round: the median
+    latencies and speedup over the rounds that measured them, the worst accuracy (None where
+    a round has none), and how many rounds ran the shape."""
+    by_key: dict[tuple, list[dict]] = {}
+    for rows in rounds:
+        for row in rows:
+            by_key.setdefault((row["op"], row["mode"], row["dtype"], row["shape"]), []).append(row)
+    combined = []
+    for (op, mode, dtype, shape), rows in by_key.items():
+        accuracies = [r["accuracy"] for r in rows]
+        measured = all(isinstance(a, float) for a in accuracies)
+        combined.append(
+            {
+                "op": op, "mode": mode, "dtype": dtype, "shape": shape,
+                "aten_ms": _median(rows, "aten_ms"), "helion_ms": _median(rows, "helion_ms"),
+                "speedup": _median(rows, "speedup"),
+                "accuracy": min(accuracies) if measured else None, "rounds": len(rows),
+            }
+        )  # fmt: skip
+    return combined
+
+
+def _median(rows: list[dict], field: str) -> float | None:
+    values = [r[field] for r in rows if isinstance(r[field], float)]
+    return statistics.median(values) if values else None
+
+
 def summarize(rows: list[dict]) -> list[str]:
     """A line per (op, mode, dtype): shapes, geomean and min of the speedup, accuracy."""
     lines = []
@@ -177,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output-dir", type=Path, default=Path("validation_results"))
     parser.add_argument(
+        "--rounds", type=int, default=1, help="measure N times; report each shape's median"
+    )
+    parser.add_argument(
         "--summarize-only", action="store_true", help="only read the JSON already in the folder"
     )
     parser.add_argument(
@@ -189,10 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     out = args.output_dir
+    folders = [out] if args.rounds == 1 else [out / f"round{i}" for i in range(args.rounds)]
     status = 0
     shapes = [s for s in read_shapes(args.shapes) if not args.max_dim or max(s) <= args.max_dim]
     units = [(op, p) for p in args.precision.split(",") for op in args.op.split(",")]
+    count = 0
     if args.gpus and not args.summarize_only:
         import torch
 
@@ -200,21 +238,29 @@ def main(argv: list[str] | None = None) -> int:
             count = gpu_count(args.gpus, torch.cuda.device_count())
         except ValueError as err:
             parser.error(str(err))
-        common = ["--mode", args.mode, "--shapes", str(args.shapes), "--output-dir", str(out)]
-        common += ["--max-dim", str(args.max_dim)] if args.max_dim else []
-        status = run_on_gpus(dealt_out(units, count), count, [*common, *extra])
-    elif not args.summarize_only:
-        for op, precision in units:
-            status = max(status, run(op, precision, args.mode, shapes, out, extra, args.part))
+    for folder in [] if args.summarize_only else folders:
+        if count:
+            common = ["--mode", args.mode, "--shapes", str(args.shapes)]
+            common += ["--output-dir", str(folder)]
+            common += ["--max-dim", str(args.max_dim)] if args.max_dim else []
+            status = max(status, run_on_gpus(dealt_out(units, count), count, [*common, *extra]))
+        else:
+            for op, precision in units:
+                code = run(op, precision, args.mode, shapes, folder, extra, args.part)
+                status = max(status, code)
     if args.no_summary:
         return status
-    rows = collect(out)
+    if args.rounds == 1:
+        rows = collect(out)
+    else:
+        rows = median_of_rounds([collect(folder) for folder in folders])
     with (out / "validation.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["op"])
         writer.writeheader()
         writer.writerows(rows)
     lines = summarize(rows)
-    (out / "validation.json").write_text(json.dumps({"summary": lines, "rows": rows}, indent=1))
+    summary = {"summary": lines, "rounds": args.rounds, "rows": rows}
+    (out / "validation.json").write_text(json.dumps(summary, indent=1))
     print("\n".join(lines))
     return status
 

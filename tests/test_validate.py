@@ -137,3 +137,31 @@ def test_validate_runs_in_the_cpu_interpreter(tmp_path):
     subprocess.run(command, check=True, env=env, cwd=Path(__file__).parent.parent)
     rows = json.loads((out / "validation.json").read_text())["rows"]
     assert [(r["shape"], r["accuracy"]) for r in rows] == [("(40, 24, 56)", 1.0)]
+
+
+def test_rounds_report_each_shapes_median(tmp_path):
+    """``--rounds 3``: each shape's median latencies and speedup over the rounds that ran it,
+    its worst accuracy, and how many rounds that was."""
+    for i, speedups in enumerate([[2.0, 0.5], [1.0, 0.7], [4.0]]):
+        write_result(tmp_path / f"round{i}", "gemm", "bf16", "bwd", speedups)
+    inaccurate = tmp_path / "round2" / "gemm_bf16" / "gemm_bwd.json"
+    data = json.loads(inaccurate.read_text())
+    data["rows"][1]["accuracy"] = 0.0  # helion's row of the first shape, third round
+    inaccurate.write_text(json.dumps(data))
+    argv = ["--op", "gemm", "--precision", "bf16", "--mode", "bwd", "--rounds", "3"]
+    assert validate.main([*argv, "--summarize-only", "--output-dir", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "validation.json").read_text())["rows"]
+    got = {r["shape"]: (r["speedup"], r["aten_ms"], r["accuracy"], r["rounds"]) for r in rows}
+    assert got == {"(1, 8, 8)": (2.0, 2.0, 0.0, 3), "(2, 8, 8)": (0.6, 0.6, 1.0, 2)}
+
+
+def test_rounds_measure_into_a_folder_each(tmp_path, monkeypatch):
+    """Each round runs every (op, dtype) into its own folder, round after round."""
+    ran = []
+    monkeypatch.setattr(validate, "run", lambda *args: ran.append(args[4]) or 0)
+    monkeypatch.setattr(validate, "collect", lambda out: [])
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("M,N,K,Bias,source\n40,24,56,,tiny\n")
+    argv = ["--op", "gemm,addmm", "--precision", "bf16", "--rounds", "2", "--shapes", str(shapes)]
+    validate.main([*argv, "--output-dir", str(tmp_path)])
+    assert ran == [tmp_path / "round0"] * 2 + [tmp_path / "round1"] * 2
