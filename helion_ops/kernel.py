@@ -368,7 +368,8 @@ def plan_for(
     args: tuple[Any, ...],
 ) -> LaunchPlan | None:
     """The launch plan of ``host_function`` on ``args``, or None where it does more than one
-    launch, or makes tensors besides the outputs it returns (then every call runs the host
+    launch, or passes the launch a tensor besides the operands, the tensors epilogues capture
+    and the outputs it returns, or an object holding one (then every call runs the host
     function)."""
     epilogues = tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
     slots, dry_args = [], list(args)
@@ -404,8 +405,12 @@ def plan_for(
             sources.append(arg.index)
         elif id(arg) in places:
             sources.append(places[id(arg)])
-        elif isinstance(arg, torch.Tensor):
-            return None  # a tensor the host function made besides its outputs
+        elif _holds_a_tensor(arg):
+            # A tensor the host function made besides its outputs, or an object built on one
+            # of this call's (a tensor descriptor made on the host, as Helion's
+            # ``host_tensor_descriptors`` configs do): as a constant, later calls would read
+            # the first call's memory.
+            return None
         else:
             sources.append(len(args) + len(slots) + len(outs) + len(constants))
             constants.append(arg)
@@ -424,6 +429,15 @@ def plan_for(
         isinstance(result, tuple),
         args[0],
     )
+
+
+def _holds_a_tensor(arg: Any) -> bool:
+    """Whether a launch argument is a tensor or an object with one in its fields (Triton's
+    ``TensorDescriptor``, whose ``base`` is the tensor it describes)."""
+    if isinstance(arg, torch.Tensor):
+        return True
+    fields = getattr(arg, "__dict__", None) or {}
+    return any(isinstance(value, torch.Tensor) for value in fields.values())
 
 
 def _no_launch_hooks() -> bool:

@@ -253,6 +253,31 @@ def test_a_pair_for_eager_calls_only_is_two_launches_under_a_capture():
         assert_matches(f"captured {name}", replayed, 0.5 * (x @ y), want)
 
 
+def test_host_tensor_descriptors_are_made_for_every_call(monkeypatch):
+    """A config with Helion's ``host_tensor_descriptors`` (which ``HELION_OPS_AUTOTUNE=1``'s
+    search may pick) has its host function build the TMA descriptors from each call's
+    tensors: no launch plan may keep the first call's, so a second call of the same
+    specialization reads its own operands."""
+    chosen = configs.choose_config
+
+    def with_host_descriptors(bound_kernel, *operands):
+        config = chosen(bound_kernel, *operands).config
+        if bound_kernel.kernel is not kernel.matmul_kernel:  # a split's, say: as chosen
+            return helion.Config(**config)
+        return helion.Config(
+            **{**config, "indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+        )
+
+    monkeypatch.setattr(configs, "choose_config", with_host_descriptors)
+    kernel.reset()
+    for _ in range(2):
+        a, b = make((2048, 1024), torch.bfloat16).detach(), make((1024, 512), torch.bfloat16)
+        out = kernel.launch_mm(a, b.detach())
+        assert_matches("a @ b", out, a @ b.detach(), a.double() @ b.detach().double())
+    assert not any(isinstance(plan, kernel.LaunchPlan) for plan in kernel._compiled.values())
+    kernel.reset()
+
+
 def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
     """Under torch.use_deterministic_algorithms(True) (on here: the poisoning fixture), a
     split-K product (a.T @ g of a tall product) and one whose last wave splits under a

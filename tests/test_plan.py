@@ -93,6 +93,32 @@ CHANGES = {
 dtypes = pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 
 
+def test_a_host_function_that_passes_an_object_of_its_call_gets_no_plan():
+    """A launch argument built from this call's tensors (Helion's ``host_tensor_descriptors``
+    configs make Triton tensor descriptors on the host) cannot be a plan's constant: later
+    calls would read the first call's memory. Such host functions run on every call."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def host_function(x, y, epilogue, _launcher):
+        out = x.new_empty(x.shape[0], y.shape[1])
+        descriptor = TensorDescriptor(y, list(y.shape), list(y.stride()), [16, 16])
+        _launcher("triton kernel", (4,), x, descriptor, out, 64)
+        return out
+
+    x, y = rand(32, 32), rand(32, 32)
+    args = (x, y, kernel.scaled(1.0))
+    launcher = kernel.DirectLauncher()
+    assert kernel.plan_for(kernel.matmul_kernel, host_function, launcher, args) is None
+
+    def with_constants_only(x, y, epilogue, _launcher):
+        out = x.new_empty(x.shape[0], y.shape[1])
+        _launcher("triton kernel", (4,), x, y, out, 64, 0.5, torch.float16)
+        return out
+
+    plan = kernel.plan_for(kernel.matmul_kernel, with_constants_only, launcher, args)
+    assert isinstance(plan, LaunchPlan) and plan.constants == (64, 0.5, torch.float16)
+
+
 @dtypes
 @pytest.mark.parametrize("change", CHANGES)
 def test_a_changed_layout_never_reuses_a_plan(change, dtype):
