@@ -684,9 +684,12 @@ def launch_mm_pair(
     everywhere = wants_pair(*mnks) or tuned_pair(*operands) or (modelled and model_pair(*operands))
     # The eager rule trades GPU time for host time against the model's two plain launches;
     # where one of them would run transposed, two launches gain more (NOTES 61), and stay.
-    transposed = transposed_pays(a1, b1) or transposed_pays(a2, b2)
-    eager_rule = eager and modelled and not transposed
-    one_launch = everywhere or (eager_rule and model_pair(*operands, eager=True))
+    one_launch = everywhere or (
+        eager
+        and modelled
+        and not (transposed_pays(a1, b1) or transposed_pays(a2, b2))
+        and model_pair(*operands, eager=True)
+    )
     fast_dtype = a1.dtype in FAST_DTYPES
     if fast_dtype:
         # The decisions depend on nothing the key does not hold. Where they differ, captures
@@ -695,12 +698,12 @@ def launch_mm_pair(
             _fast_pair[fast_key] = None
         if eager and not one_launch:
             _fast_pair_eager[fast_key] = None
-    if one_launch and not everywhere:
-        # The two launches a capture makes instead are compiled now (results unused), as a
-        # capture should not compile.
-        launch_mm(a1, b1, alpha)
-        launch_mm(a2, b2, alpha)
     if one_launch:
+        if not everywhere:
+            # The two launches a capture makes instead are compiled now (results unused), as
+            # a capture should not compile.
+            launch_mm(a1, b1, alpha)
+            launch_mm(a2, b2, alpha)
         plans = _fast_pair if everywhere else _fast_pair_eager
         fast = (plans, fast_key) if fast_dtype else None
         kernel = _kernel_for(a1.dtype, pair=True)
