@@ -307,6 +307,18 @@ def test_backward_runs_both_products_in_one_launch_on_transposed_views(m, n, mon
         )
 
 
+def backward_operands() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """a [61, 45], b [45, 37] and grad_out [61, 37], fp16: a backward's operands."""
+    return tuple(make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+
+
+def check_backward_pair(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, alpha: float) -> None:
+    """``launch_mm_pair`` of the backward's ``g @ b.T`` and ``a.T @ g``, each against float64."""
+    first, second = kernel.launch_mm_pair(g, b.T, a.T, g, alpha)
+    assert_matches("g @ b.T", first, alpha * (g @ b.T), alpha * (g.double() @ b.T.double()))
+    assert_matches("a.T @ g", second, alpha * (a.T @ g), alpha * (a.T.double() @ g.double()))
+
+
 @pytest.mark.parametrize("chosen", [True, False])
 def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
     """Where ``wants_pair`` says no, ``configs.model_pair`` decides (on the GPU; stubbed here):
@@ -320,12 +332,10 @@ def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
     monkeypatch.setattr(
         kernel, "model_pair", lambda *ops, eager=False: asked.append(eager) or decision
     )
-    a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+    a, b, g = backward_operands()
     kernel.reset()
     for _ in range(2):
-        first, second = kernel.launch_mm_pair(g, b.T, a.T, g, 0.5)
-        assert_matches("g @ b.T", first, 0.5 * (g @ b.T), 0.5 * (g.double() @ b.T.double()))
-        assert_matches("a.T @ g", second, 0.5 * (a.T @ g), 0.5 * (a.T.double() @ g.double()))
+        check_backward_pair(a, b, g, 0.5)
     # Decided on the first call only: for captures, and for eager calls where that said no.
     assert asked == ([False] if chosen else [False, True])
     assert launched == ([kernel.pair_kernel] if chosen else [kernel.matmul_kernel] * 2)
@@ -338,11 +348,9 @@ def test_the_eager_pair_rule_leaves_a_transposed_product_its_own_launch(monkeypa
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
     monkeypatch.setattr(kernel, "model_pair", lambda *ops, eager=False: asked.append(eager))
     monkeypatch.setattr(kernel, "transposed_pays", lambda a, b, epilogue="plain": True)
-    a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+    a, b, g = backward_operands()
     kernel.reset()
-    first, second = kernel.launch_mm_pair(g, b.T, a.T, g, 2.0)
-    assert_matches("g @ b.T", first, 2.0 * (g @ b.T), 2.0 * (g.double() @ b.T.double()))
-    assert_matches("a.T @ g", second, 2.0 * (a.T @ g), 2.0 * (a.T.double() @ g.double()))
+    check_backward_pair(a, b, g, 2.0)
     assert asked == [False]
 
 
@@ -356,21 +364,15 @@ def test_a_pair_for_eager_calls_only_runs_two_launches_under_a_capture(capture_f
     from helion_ops.candidates import config
 
     pair = configs.pair_of(config(64, 32, 32, 4, 2, "flat"))
-    asked, calls, real_mm, real_run = [], [], kernel.launch_mm, kernel._run
+    asked, launched, real_mm = [], launches(monkeypatch), kernel.launch_mm
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
     monkeypatch.setattr(
         kernel, "model_pair", lambda *ops, eager=False: asked.append(eager) or (eager and pair)
     )
-    monkeypatch.setattr(kernel, "launch_mm", lambda *a: calls.append("mm") or real_mm(*a))
-
-    def run(k, *args, **kwargs):
-        calls.append("pair" * (k is kernel.pair_kernel))
-        return real_run(k, *args, **kwargs)
-
-    monkeypatch.setattr(kernel, "_run", run)
+    monkeypatch.setattr(kernel, "launch_mm", lambda *a: launched.append("mm") or real_mm(*a))
     capture = [True]
     monkeypatch.setattr(kernel, "capturing", lambda t: capture[0])
-    a, b, g = (make(s, torch.float16).detach() for s in [(61, 45), (45, 37), (61, 37)])
+    a, b, g = backward_operands()
     kernel.reset()
     first_asks = [False, False, True] if capture_first else [False, True]
     steps = [(True, ["mm", "mm"], [False])] if capture_first else []
@@ -381,11 +383,11 @@ def test_a_pair_for_eager_calls_only_runs_two_launches_under_a_capture(capture_f
     ]
     for capturing, want_calls, want_asked in steps:
         capture[0] = capturing
-        calls.clear()
-        first, second = kernel.launch_mm_pair(g, b.T, a.T, g, -0.5)
-        assert_matches("g @ b.T", first, -0.5 * (g @ b.T), -0.5 * (g.double() @ b.T.double()))
-        assert_matches("a.T @ g", second, -0.5 * (a.T @ g), -0.5 * (a.T.double() @ g.double()))
-        assert ([c for c in calls if c], asked) == (want_calls, want_asked), capturing
+        launched.clear()
+        check_backward_pair(a, b, g, -0.5)
+        calls = ["pair" if k is kernel.pair_kernel else k for k in launched]
+        calls = [c for c in calls if c in ("mm", "pair")]  # not the products' own launches
+        assert (calls, asked) == (want_calls, want_asked), capturing
 
 
 @pytest.mark.parametrize(
