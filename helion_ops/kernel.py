@@ -21,10 +21,11 @@ epilogue would re-derive its specialization key (``bind``, about 100 microsecond
 launchers key each specialization by what Helion and Triton specialize on (the kernel, the
 epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte alignment) and
 keep a ``LaunchPlan`` for it: built from one dry run of Helion's generated host function, it
-then allocates the outputs and calls the compiled Triton kernel's launcher with the
-arguments laid out in advance, skipping the host function, its grid arithmetic and SM-count
-query, and Triton's per-call binding. For fp16/bf16 plain and pair launches, each launcher
-keeps its own look-up from its operands to that plan (the fast path: one key per call).
+then allocates the outputs and calls the compiled Triton kernel's C launch function
+(``direct_launch``) with the arguments laid out in advance, skipping the host function, its
+grid arithmetic and SM-count query, and Triton's per-call binding and Python runner. For
+fp16/bf16 plain and pair launches, each launcher keeps its own look-up from its operands to
+that plan (the fast path: one key per call).
 The first launch goes through a ``DirectLauncher`` (Triton's JIT entry point, which
 compiles); a host function a plan cannot describe keeps running with that launcher on every
 call.
@@ -33,11 +34,12 @@ call.
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import operator
 import types
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import helion
 import helion.language as hl
@@ -277,6 +279,7 @@ class LaunchPlan:
         triton_kernel: Any,
         grid: tuple[int, ...],
         options: dict[str, Any],
+        operands: int,
         epilogues: tuple[int, ...],
         outputs: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...],
         zeroed: bool,
@@ -298,7 +301,9 @@ class LaunchPlan:
         self.pick = operator.itemgetter(*sources)
         self.returns_tuple = returns_tuple
         self.device = first.device.index
+        self.operands = operands
         self.compiled: CompiledKernel | None = None
+        self.direct: DirectLaunch | None = None
 
     def __call__(self, *args: Any) -> Any:
         compiled = self.compiled or self._find_compiled()
@@ -315,17 +320,34 @@ class LaunchPlan:
                 allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
             ]
         captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
-        launch_args = self.pick((*args, *captured, *outs, *self.constants))
         if compiled is not None and _no_launch_hooks():
-            # What Triton's runner (CompiledKernel.__getitem__) calls, the same in Triton 3.6
-            # and 3.9, less its launch metadata, which only launch hooks read.
-            grid = self.grid
+            grid, direct = self.grid, self.direct
             stream = self.current_stream(self.device)
-            compiled.run(
-                grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                None, None, None, *launch_args,
-            )  # fmt: skip
+            if direct is not None:
+                # Operands and outputs by address (a checked CUDA tensor's), which the C
+                # launcher takes as is; a tensor costs it a method call and a driver query.
+                n, address = self.operands, torch.Tensor.data_ptr
+                values = (
+                    *map(address, args[:n]), *args[n:], *captured, *map(address, outs),
+                    *self.constants,
+                )  # fmt: skip
+                scratch = None
+                if direct.scratch:  # as Triton's runner: a new allocation each launch
+                    scratch = _allocation._allocator.get()(direct.scratch, direct.align, stream)
+                direct.launch(
+                    grid[0], grid[1], grid[2], stream, compiled.function, *direct.flags,
+                    scratch, *direct.tail, *self.pick(values),
+                )  # fmt: skip
+            else:
+                # What Triton's runner (CompiledKernel.__getitem__) calls, the same in Triton
+                # 3.6 and 3.9, less its launch metadata, which only launch hooks read.
+                compiled.run(
+                    grid[0], grid[1], grid[2], stream, compiled.function,
+                    compiled.packed_metadata, None, None, None,
+                    *self.pick((*args, *captured, *outs, *self.constants)),
+                )  # fmt: skip
         else:
+            launch_args = self.pick((*args, *captured, *outs, *self.constants))
             # Triton's own runner (launch hooks set, e.g. a profiler) or its JIT entry point
             # (the CPU interpreter, which compiles nothing).
             self.launcher(self.triton_kernel, self.grid, *launch_args, **self.options)
@@ -340,8 +362,53 @@ class LaunchPlan:
             active = driver.active
             self.current_device = active.get_current_device
             self.current_stream = active.get_current_stream
+            self.direct = direct_launch(compiled, self.grid)
             self.compiled = compiled
         return compiled
+
+
+class DirectLaunch(NamedTuple):
+    """Triton's C launch function behind a compiled kernel's runner, and what its runner
+    passes it besides the grid, the stream, the function and the kernel's arguments."""
+
+    launch: Callable[..., None]
+    flags: tuple[bool, bool]  # cooperative grid, programmatic dependent launch
+    scratch: int  # bytes of global scratch memory, from Triton's allocator, each launch
+    align: int
+    tail: tuple[Any, ...]  # no profile scratch; the packed metadata; no hooks' arguments
+
+
+_MARK = object()
+
+
+def direct_launch(compiled: CompiledKernel, grid: tuple[int, ...]) -> DirectLaunch | None:
+    """The C launch function behind ``compiled.run``, Triton's ``CudaLauncher``, whose Python
+    ``__call__`` computes the scratch memory's size and forwards the call (2-3 microseconds of
+    Python a launch on an H200's host). Only where a recorded call shows the layout that
+    ``LaunchPlan`` passes (Triton 3.6's) and no profile scratch; other runners keep being
+    called as they are."""
+    run = compiled.run
+    launch = getattr(run, "launch", None)
+    if launch is None or getattr(run, "profile_scratch_size", 1):
+        return None
+    flags = (run.launch_cooperative_grid, run.launch_pdl)
+    scratch = grid[0] * grid[1] * grid[2] * run.num_ctas * run.global_scratch_size
+    tail = (None, compiled.packed_metadata, None, None, None)
+    calls: list[tuple[Any, ...]] = []
+    recorder = copy.copy(run)  # the runner itself stays as it is for other threads
+    recorder.launch = lambda *args: calls.append(args)
+    try:
+        recorder(*grid, 0, compiled.function, compiled.packed_metadata, None, None, None, _MARK)
+    except Exception:  # a runner of another layout
+        return None
+    if len(calls) != 1 or len(calls[0]) != 14:
+        return None
+    (call,) = calls
+    if call[:7] != (*grid, 0, compiled.function, *flags) or call[8:] != (*tail, _MARK):
+        return None
+    if (call[7] is None) != (scratch == 0):  # the scratch memory Triton allocated, or none
+        return None
+    return DirectLaunch(launch, flags, scratch, run.global_scratch_align, tail)
 
 
 class _Slot:
@@ -421,6 +488,8 @@ def plan_for(
         triton_kernel,
         (*grid, 1, 1)[:3],
         options,
+        # Every kernel's tensors come first in its arguments, its epilogues after them.
+        epilogues[0] if epilogues else len(args),
         epilogues,
         tuple((tuple(o.shape), o.dtype, o.device) for o in outs),
         kernel in ZEROED_OUTPUTS,

@@ -9,6 +9,7 @@ import warnings
 import helion
 import pytest
 import torch
+import triton
 from conftest import DTYPES
 from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
@@ -541,3 +542,30 @@ def test_an_entry_for_the_product_and_its_epilogue_keeps_it_plain(monkeypatch):
     assert configs.transposed_pays(a, b, "plain") and configs.transposed_pays(a, b, "bias")
     monkeypatch.setattr(configs, "tuned_table", lambda arch: {key: entry})
     assert configs.transposed_pays(a, b, "plain") and not configs.transposed_pays(a, b, "bias")
+
+
+@pytest.mark.skipif(not triton.__version__.startswith("3.6."), reason="Triton 3.6's runner")
+def test_plans_launch_through_tritons_c_launcher_with_and_without_scratch():
+    """On Triton 3.6 every plan, of pointer loads (no scratch) and of tensor descriptors built
+    in the kernel (scratch memory each launch), calls the C launch function itself, and a
+    second call (through it) computes its own operands' product."""
+    kernel.reset()
+    config = configs.choose_config
+    for indexing in ("pointer", "tensor_descriptor"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(
+                configs,
+                "choose_config",
+                lambda bound, *ops, indexing=indexing: helion.Config(
+                    **{**config(bound, *ops).config, "indexing": indexing}
+                ),
+            )
+            for _ in range(3):
+                a, b = make((1024, 768), torch.bfloat16), make((768, 512), torch.bfloat16)
+                out = kernel.launch_mm(a.detach(), b.detach())
+                want = a.detach().double() @ b.detach().double()
+                assert_matches(indexing, out, a.detach() @ b.detach(), want)
+        (plan,) = [p for p in kernel._compiled.values() if isinstance(p, kernel.LaunchPlan)]
+        assert plan.direct is not None, indexing
+        assert (plan.direct.scratch > 0) == (indexing == "tensor_descriptor")
+        kernel.reset()

@@ -17,6 +17,7 @@ from conftest import DEVICE, HAS_CUDA
 from reference import assert_matches
 from triton.compiler import CompiledKernel
 from triton.knobs import HookChain
+from triton.runtime import _allocation
 
 from helion_ops import kernel
 from helion_ops.kernel import LaunchPlan, launch_addmm, launch_mm, launch_mm_pair
@@ -246,6 +247,101 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     monkeypatch.setattr(kernel.knobs.runtime, "launch_enter_hook", hook)
     launch_addmm(bias2, a2, b2, 1.0, 1.0)
     assert len(fake.runs) == 2 and fake.runs[-1][0] == "runner"
+
+
+class Runner36:
+    """Triton 3.6's CudaLauncher as a plan sees it: ``__call__`` allocates the kernel's scratch
+    and forwards to the C ``launch`` with its flags and scratch after the function."""
+
+    launch_cooperative_grid, launch_pdl, num_ctas, global_scratch_align = False, True, 1, 64
+
+    def __init__(self, scratch: int = 0, profile_scratch: int = 0) -> None:
+        self.global_scratch_size, self.profile_scratch_size = scratch, profile_scratch
+        self.called, self.launched = [], []
+        self.launch = lambda *args: self.launched.append(args)
+
+    def __call__(self, gx, gy, gz, stream, function, *args):
+        self.called.append(args)
+        size = gx * gy * gz * self.num_ctas * self.global_scratch_size
+        scratch = (
+            _allocation._allocator.get()(size, self.global_scratch_align, stream) if size else None
+        )
+        flags = (self.launch_cooperative_grid, self.launch_pdl)
+        self.launch(gx, gy, gz, stream, function, *flags, scratch, None, *args)
+
+
+class RunnerOfAnotherLayout(Runner36):
+    """A runner that forwards its arguments in another order (as Triton 3.9's does)."""
+
+    def __call__(self, gx, gy, gz, stream, function, metadata, *args):
+        self.called.append((metadata, *args))
+        self.launch(gx, gy, gz, stream, function, metadata, False, True, None, None, args)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="fakes the compiled kernel of the CPU interpreter")
+@pytest.mark.parametrize(
+    "runner, direct",
+    [
+        (Runner36(), True),
+        (Runner36(scratch=128), True),
+        (Runner36(profile_scratch=64), False),
+        (RunnerOfAnotherLayout(), False),
+    ],
+    ids=["triton-3.6", "scratch", "profile-scratch", "another-layout"],
+)
+def test_a_plan_calls_the_c_launcher_only_where_the_runner_only_forwards(
+    monkeypatch, runner, direct
+):
+    a, b, bias = rand(40, 32), rand(32, 24), rand(24)
+    launch_addmm(bias, a, b, 2.0, 0.5)
+    (plan,) = plans()
+    fake = FakeCompiled()
+    fake._run = runner
+    plan.launcher.compiled[plan.triton_kernel] = fake
+    plan.device = 3
+    active = types.SimpleNamespace(
+        get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
+    )
+    monkeypatch.setattr(kernel, "driver", types.SimpleNamespace(active=active))
+    allocations = []
+
+    def allocator(size: int, alignment: int, stream: int) -> torch.Tensor:
+        allocations.append((size, alignment, stream))
+        return torch.empty(size, dtype=torch.int8)
+
+    token = _allocation._allocator.set(allocator)
+    try:
+        check_the_launch(plan, runner, direct, allocations)
+    finally:
+        _allocation._allocator.reset(token)
+
+
+def check_the_launch(plan: LaunchPlan, runner: Runner36, direct: bool, allocations: list):
+    a2, b2, bias2 = rand(40, 32), rand(32, 24), rand(24)
+    out = launch_addmm(bias2, a2, b2, -1.0, 4.0)
+    assert (plan.direct is not None) == direct
+    called = [args for args in runner.called if args[-1] is not kernel._MARK]  # not the check
+    if not direct:  # the runner as before, with the tensors
+        ((packed, *hooks, x, y, bias_arg, out_arg, alpha, beta),) = called
+        assert packed == "packed" and hooks == [None, None, None]
+        assert x is a2 and y is b2 and out_arg is out
+        return
+    assert called == []
+    (launch,) = runner.launched
+    grid, (stream, function), flags, scratch = launch[:3], launch[3:5], launch[5:7], launch[7:9]
+    assert grid == plan.grid and (stream, function, flags) == (30, "function", (False, True))
+    size = plan.grid[0] * plan.grid[1] * plan.grid[2] * runner.global_scratch_size
+    if size:  # a new allocation from Triton's allocator, on this call's stream
+        assert allocations[-1] == (size, 64, 30) and scratch[0].numel() == size
+        assert scratch[1] is None
+    else:
+        assert scratch == (None, None)
+    assert launch[9:13] == ("packed", None, None, None)  # no launch metadata, no hooks
+    x, y, bias_arg, out_arg, alpha, beta = launch[13:]
+    # Operands and the output by address; the bias view as the tensor, its strides Triton's.
+    assert (x, y, out_arg) == (a2.data_ptr(), b2.data_ptr(), out.data_ptr())
+    assert bias_arg.data_ptr() == bias2.data_ptr() and (alpha, beta) == (-1.0, 4.0)
+    assert out.shape == (40, 24)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="fakes the compiled kernel of the CPU interpreter")
