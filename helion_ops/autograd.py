@@ -14,6 +14,7 @@ import torch
 
 from helion_ops import ops
 from helion_ops.checks import check_addmm_args, check_matmul_args, check_scalars
+from helion_ops.kernel import launch_addmm, launch_mm
 
 
 class MatMulFunction(torch.autograd.Function):
@@ -93,11 +94,12 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     Returns:
         [m, n] tensor of mat1's dtype.
     """
-    if torch.compiler.is_compiling() or not _records_a_graph(mat1, mat2):
-        # ops.mm is the custom op (with its registered autograd) while compiling, and the
-        # bare launcher in eager calls that autograd does not record; either checks the
-        # arguments first, the launcher unless they match a launch it made before.
-        return ops.mm(mat1, mat2, check=check_matmul_args)
+    if torch.compiler.is_compiling():
+        return ops.mm(mat1, mat2, check=check_matmul_args)  # the custom op, checked first
+    if not _records_a_graph(mat1, mat2):
+        # The bare launcher, which checks the arguments unless they match a launch it made
+        # before.
+        return launch_mm(mat1, mat2, 1.0, check_matmul_args)
     return _apply(MatMulFunction, mat1, mat2)
 
 
@@ -121,10 +123,12 @@ def addmm(
     Returns:
         [m, n] tensor of mat1's dtype.
     """
-    if torch.compiler.is_compiling() or not _records_a_graph(bias, mat1, mat2):
-        # As in matmul: the custom op while compiling, the launcher otherwise.
+    if torch.compiler.is_compiling():
         check_scalars(alpha, beta)
         return ops.addmm(bias, mat1, mat2, float(alpha), float(beta), check_addmm_args)
+    if not _records_a_graph(bias, mat1, mat2):  # as in matmul
+        check_scalars(alpha, beta)
+        return launch_addmm(bias, mat1, mat2, float(alpha), float(beta), check=check_addmm_args)
     return _apply(AddMMFunction, bias, mat1, mat2, alpha, beta)
 
 
