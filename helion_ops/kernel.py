@@ -267,10 +267,11 @@ class LaunchPlan:
 
     Built on the first call of a specialization from one dry run of Helion's host function
     (``plan_for``); afterwards a call allocates the outputs and launches the compiled Triton
-    kernel directly: no host function, no grid arithmetic, no SM-count query, no binding in
-    Triton. Each launch argument comes from a fixed place: an operand, a value an epilogue
-    captures (alpha, beta, the bias: read from this call's epilogue, never the first call's),
-    an output, or a constant of the specialization (an SM count, a block size).
+    kernel directly, through its C launch function where ``direct_launch`` finds it: no host
+    function, no grid arithmetic, no SM-count query, no binding in Triton. Each launch
+    argument comes from a fixed place: an operand, a value an epilogue captures (alpha, beta,
+    the bias: read from this call's epilogue, never the first call's), an output, or a
+    constant of the specialization (an SM count, a block size).
     """
 
     def __init__(
@@ -320,37 +321,35 @@ class LaunchPlan:
                 allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
             ]
         captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
-        if compiled is not None and _no_launch_hooks():
-            grid, direct = self.grid, self.direct
-            stream = self.current_stream(self.device)
-            if direct is not None:
-                # Operands and outputs by address (a checked CUDA tensor's), which the C
-                # launcher takes as is; a tensor costs it a method call and a driver query.
-                n, address = self.operands, torch.Tensor.data_ptr
-                values = (
-                    *map(address, args[:n]), *args[n:], *captured, *map(address, outs),
-                    *self.constants,
-                )  # fmt: skip
-                scratch = None
-                if direct.scratch:  # as Triton's runner: a new allocation each launch
-                    scratch = _allocation._allocator.get()(direct.scratch, direct.align, stream)
-                direct.launch(
-                    grid[0], grid[1], grid[2], stream, compiled.function, *direct.flags,
-                    scratch, *direct.tail, *self.pick(values),
-                )  # fmt: skip
-            else:
-                # What Triton's runner (CompiledKernel.__getitem__) calls, the same in Triton
-                # 3.6 and 3.9, less its launch metadata, which only launch hooks read.
-                compiled.run(
-                    grid[0], grid[1], grid[2], stream, compiled.function,
-                    compiled.packed_metadata, None, None, None,
-                    *self.pick((*args, *captured, *outs, *self.constants)),
-                )  # fmt: skip
-        else:
+        if compiled is None or not _no_launch_hooks():
+            # Triton's JIT entry point (the CPU interpreter, which compiles nothing) or its
+            # own runner (launch hooks set, e.g. a profiler).
             launch_args = self.pick((*args, *captured, *outs, *self.constants))
-            # Triton's own runner (launch hooks set, e.g. a profiler) or its JIT entry point
-            # (the CPU interpreter, which compiles nothing).
             self.launcher(self.triton_kernel, self.grid, *launch_args, **self.options)
+        elif (direct := self.direct) is not None:
+            # Operands and outputs by address (a checked CUDA tensor's), which the C launcher
+            # takes as is; a tensor costs it a method call and a driver query.
+            n, address = self.operands, torch.Tensor.data_ptr
+            values = (
+                *map(address, args[:n]), *args[n:], *captured, *map(address, outs),
+                *self.constants,
+            )  # fmt: skip
+            grid, stream = self.grid, self.current_stream(self.device)
+            scratch = None
+            if direct.scratch:  # as Triton's runner: a new allocation each launch
+                scratch = _allocation._allocator.get()(direct.scratch, direct.align, stream)
+            direct.launch(
+                grid[0], grid[1], grid[2], stream, compiled.function, *direct.flags, scratch,
+                *direct.tail, *self.pick(values),
+            )  # fmt: skip
+        else:
+            # What Triton's runner (CompiledKernel.__getitem__) calls, the same in Triton 3.6
+            # and 3.9, less its launch metadata, which only launch hooks read.
+            grid, stream = self.grid, self.current_stream(self.device)
+            compiled.run(
+                grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                None, None, None, *self.pick((*args, *captured, *outs, *self.constants)),
+            )  # fmt: skip
         if self.returns_tuple:
             return tuple(outs)
         return outs[0] if outs else None
