@@ -26,7 +26,7 @@ from triton.runtime import driver
 
 import helion_ops
 from benchmarks.host_overhead import fwd_bwd
-from helion_ops import checks, kernel
+from helion_ops import checks, kernel, plans
 
 
 class FakeDriver:
@@ -46,7 +46,7 @@ class FakeCompiled(CompiledKernel):
 
 def stub_launches() -> None:
     driver.set_active(FakeDriver())
-    kernel.default_launcher = lambda *args, **options: FakeCompiled()
+    plans.default_launcher = lambda *args, **options: FakeCompiled()
     checks._fast_device = lambda t: True  # as on a GPU: no environment read
 
 

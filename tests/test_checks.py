@@ -7,7 +7,7 @@ import torch
 from conftest import DEVICE
 
 import helion_ops
-from helion_ops import autograd, kernel
+from helion_ops import autograd, kernel, plans
 
 
 def t(*shape: int, dtype: torch.dtype = torch.float32, device: str = DEVICE) -> torch.Tensor:
@@ -69,7 +69,7 @@ def test_bad_input_is_named_before_launch(op, args, error, message, monkeypatch)
         raise AssertionError("a kernel was launched for bad input")
 
     monkeypatch.setattr(kernel, "_run", no_launch)
-    monkeypatch.setattr(kernel.LaunchPlan, "__call__", no_launch)
+    monkeypatch.setattr(plans.LaunchPlan, "__call__", no_launch)
     fn = helion_ops.matmul if op == "mm" else helion_ops.addmm
     with pytest.raises(error) as info:
         fn(*args)

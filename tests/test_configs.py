@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from helion_ops import candidates, configs, shapes, tune
+from helion_ops import candidates, configs, plans, shapes, tune
 from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
@@ -172,7 +172,7 @@ def test_a_config_out_of_shared_memory_falls_back_to_helions_default(monkeypatch
     monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: chosen)
     launched = []
 
-    class OutOfSharedMemoryOnce(kernel.DirectLauncher):
+    class OutOfSharedMemoryOnce(plans.DirectLauncher):
         def __call__(self, *args, **options):
             launched.append(self)
             if len(launched) == 1:

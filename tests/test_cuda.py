@@ -15,7 +15,7 @@ from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import configs, kernel, model
+from helion_ops import configs, kernel, model, plans
 
 pytestmark = pytest.mark.cuda
 
@@ -246,7 +246,7 @@ def test_a_pair_for_eager_calls_only_is_two_launches_under_a_capture():
     torch.cuda.synchronize()
     assert set(kernel._compiled) == compiled  # the capture compiled nothing
     assert list(kernel._fast_pair.values()) == [None]  # captures: two launches
-    assert isinstance(next(iter(kernel._fast_pair_eager.values())), kernel.LaunchPlan)
+    assert isinstance(next(iter(kernel._fast_pair_eager.values())), plans.LaunchPlan)
     products = [("g @ b.T", g, b.T), ("a.T @ g", a.T, g)]
     for (name, x, y), ours, replayed in zip(products, eager, captured, strict=True):
         want = 0.5 * (x.double() @ y.double())
@@ -275,7 +275,7 @@ def test_host_tensor_descriptors_are_made_for_every_call(monkeypatch):
         a, b = make((2048, 1024), torch.bfloat16).detach(), make((1024, 512), torch.bfloat16)
         out = kernel.launch_mm(a, b.detach())
         assert_matches("a @ b", out, a @ b.detach(), a.double() @ b.detach().double())
-    assert not any(isinstance(plan, kernel.LaunchPlan) for plan in kernel._compiled.values())
+    assert not any(isinstance(plan, plans.LaunchPlan) for plan in kernel._compiled.values())
     kernel.reset()
 
 
@@ -565,7 +565,7 @@ def test_plans_launch_through_tritons_c_launcher_with_and_without_scratch():
                 out = kernel.launch_mm(a.detach(), b.detach())
                 want = a.detach().double() @ b.detach().double()
                 assert_matches(indexing, out, a.detach() @ b.detach(), want)
-        (plan,) = [p for p in kernel._compiled.values() if isinstance(p, kernel.LaunchPlan)]
+        (plan,) = [p for p in kernel._compiled.values() if isinstance(p, plans.LaunchPlan)]
         assert plan.direct is not None, indexing
         assert (plan.direct.scratch > 0) == (indexing == "tensor_descriptor")
         kernel.reset()

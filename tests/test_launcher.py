@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from triton.compiler import CompiledKernel
 
-from helion_ops.kernel import DirectLauncher
+from helion_ops.plans import DirectLauncher
 
 
 class FakeCompiled(CompiledKernel):

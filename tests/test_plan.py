@@ -19,8 +19,9 @@ from triton.compiler import CompiledKernel
 from triton.knobs import HookChain
 from triton.runtime import _allocation
 
-from helion_ops import kernel
-from helion_ops.kernel import LaunchPlan, launch_addmm, launch_mm, launch_mm_pair
+from helion_ops import kernel, plans
+from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair
+from helion_ops.plans import LaunchPlan
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,7 @@ def check_mm(name: str, a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) ->
     assert_matches(name, ours, alpha * (a @ b), alpha * (a.double() @ b.double()))
 
 
-def plans() -> list:
+def kept_plans() -> list:
     return list(kernel._compiled.values())
 
 
@@ -69,11 +70,11 @@ def test_every_kernel_gets_a_plan():
         want = torch.addmm(bias.double(), a.double(), b.double(), beta=beta, alpha=alpha)
         theirs = torch.addmm(bias, a, b, beta=beta, alpha=alpha)
         assert_matches(f"last wave, alpha {alpha}", out, theirs, want)
-    assert len(plans()) == 5 and all(isinstance(p, LaunchPlan) for p in plans())
+    assert len(kept_plans()) == 5 and all(isinstance(p, LaunchPlan) for p in kept_plans())
     # The second call of each goes through its plan, split-K's zeroed output included.
     check_mm("mm again", a, b)
     check_mm("split-K again", *long_k, alpha=0.5)
-    assert len(plans()) == 5
+    assert len(kept_plans()) == 5
 
 
 def transposed(a: torch.Tensor) -> torch.Tensor:
@@ -108,15 +109,15 @@ def test_a_host_function_that_passes_an_object_of_its_call_gets_no_plan():
 
     x, y = rand(32, 32), rand(32, 32)
     args = (x, y, kernel.scaled(1.0))
-    launcher = kernel.DirectLauncher()
-    assert kernel.plan_for(kernel.matmul_kernel, host_function, launcher, args) is None
+    launcher = plans.DirectLauncher()
+    assert plans.plan_for(host_function, launcher, args) is None
 
     def with_constants_only(x, y, epilogue, _launcher):
         out = x.new_empty(x.shape[0], y.shape[1])
         _launcher("triton kernel", (4,), x, y, out, 64, 0.5, torch.float16)
         return out
 
-    plan = kernel.plan_for(kernel.matmul_kernel, with_constants_only, launcher, args)
+    plan = plans.plan_for(with_constants_only, launcher, args)
     assert isinstance(plan, LaunchPlan) and plan.constants == (64, 0.5, torch.float16)
 
 
@@ -127,9 +128,9 @@ def test_a_changed_layout_never_reuses_a_plan(change, dtype):
     check_mm("first", a, b)
     changed = CHANGES[change](a, b)
     check_mm(f"after a change of {change}", *changed)
-    assert len(plans()) == 2, f"a change of {change} reused the first call's plan"
+    assert len(kept_plans()) == 2, f"a change of {change} reused the first call's plan"
     check_mm("first again", a, b)
-    assert len(plans()) == 2
+    assert len(kept_plans()) == 2
 
 
 @dtypes
@@ -146,7 +147,7 @@ def test_a_changed_bias_never_reuses_a_plan(change, dtype):
         out = launch_addmm(b1, a, b, 1.0, 1.0)
         want = torch.addmm(b1.double(), a.double(), b.double())
         assert_matches(name, out, torch.addmm(b1, a, b), want)
-    assert len(plans()) == 2
+    assert len(kept_plans()) == 2
 
 
 def test_the_fast_path_serves_repeated_calls_with_this_calls_values(monkeypatch):
@@ -203,7 +204,7 @@ def test_alpha_and_beta_are_this_calls_values():
         assert_matches(f"alpha {alpha}, beta {beta}", out, theirs, want)
     for alpha in (3, 1, -0.5):
         check_mm(f"alpha {alpha}", a, b, alpha)
-    assert len(plans()) == 2, "one plan for the bias epilogue, one for the scaled one"
+    assert len(kept_plans()) == 2, "one plan for the bias epilogue, one for the scaled one"
 
 
 class FakeCompiled(CompiledKernel):
@@ -221,14 +222,14 @@ class FakeCompiled(CompiledKernel):
 def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypatch):
     a, b, bias = rand(40, 32), rand(32, 24), rand(24)
     launch_addmm(bias, a, b, 2.0, 0.5)  # builds the plan through the interpreter
-    (plan,) = plans()
+    (plan,) = kept_plans()
     fake = FakeCompiled()
     plan.launcher.compiled[plan.triton_kernel] = fake
     plan.device = 3  # as if the operands were on cuda:3, the current device
     active = types.SimpleNamespace(
         get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
     )
-    monkeypatch.setattr(kernel, "driver", types.SimpleNamespace(active=active))
+    monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
 
     a2, b2, bias2 = rand(40, 32), rand(32, 24), rand(24)
     out = launch_addmm(bias2, a2, b2, -1.0, 4.0)
@@ -244,7 +245,7 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     # A launch hook (a profiler) sends the launch through Triton's own runner.
     hook = HookChain()
     hook.add(lambda metadata: None)
-    monkeypatch.setattr(kernel.knobs.runtime, "launch_enter_hook", hook)
+    monkeypatch.setattr(plans.knobs.runtime, "launch_enter_hook", hook)
     launch_addmm(bias2, a2, b2, 1.0, 1.0)
     assert len(fake.runs) == 2 and fake.runs[-1][0] == "runner"
 
@@ -294,7 +295,7 @@ def test_a_plan_calls_the_c_launcher_only_where_the_runner_only_forwards(
 ):
     a, b, bias = rand(40, 32), rand(32, 24), rand(24)
     launch_addmm(bias, a, b, 2.0, 0.5)
-    (plan,) = plans()
+    (plan,) = kept_plans()
     fake = FakeCompiled()
     fake._run = runner
     plan.launcher.compiled[plan.triton_kernel] = fake
@@ -302,7 +303,7 @@ def test_a_plan_calls_the_c_launcher_only_where_the_runner_only_forwards(
     active = types.SimpleNamespace(
         get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
     )
-    monkeypatch.setattr(kernel, "driver", types.SimpleNamespace(active=active))
+    monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
     allocations = []
 
     def allocator(size: int, alignment: int, stream: int) -> torch.Tensor:
@@ -320,7 +321,7 @@ def check_the_launch(plan: LaunchPlan, runner: Runner36, direct: bool, allocatio
     a2, b2, bias2 = rand(40, 32), rand(32, 24), rand(24)
     out = launch_addmm(bias2, a2, b2, -1.0, 4.0)
     assert (plan.direct is not None) == direct
-    called = [args for args in runner.called if args[-1] is not kernel._MARK]  # not the check
+    called = [args for args in runner.called if args[-1] is not plans._MARK]  # not the check
     if not direct:  # the runner as before, with the tensors
         ((packed, *hooks, x, y, bias_arg, out_arg, alpha, beta),) = called
         assert packed == "packed" and hooks == [None, None, None]
@@ -348,7 +349,7 @@ def check_the_launch(plan: LaunchPlan, runner: Runner36, direct: bool, allocatio
 def test_a_plan_launches_on_its_operands_device_not_the_current_one(monkeypatch):
     a, b = rand(40, 32), rand(32, 24)
     launch_mm(a, b)
-    (plan,) = plans()
+    (plan,) = kept_plans()
     fake = FakeCompiled()
     plan.launcher.compiled[plan.triton_kernel] = fake
     plan.device = 1  # the operands' device; the current one is 0
@@ -356,7 +357,7 @@ def test_a_plan_launches_on_its_operands_device_not_the_current_one(monkeypatch)
     active = types.SimpleNamespace(
         get_current_device=lambda: current[0], get_current_stream=lambda d: d * 10
     )
-    monkeypatch.setattr(kernel, "driver", types.SimpleNamespace(active=active))
+    monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
     launched_on = []
     fake._run = lambda *args: launched_on.append((current[0], args[3]))  # device, stream
 
