@@ -35,7 +35,7 @@ class DirectLauncher:
 
     The first launch of each Triton kernel goes through Helion's default launcher (Triton's
     JIT entry point), which compiles and returns the compiled kernel; later launches call that
-    compiled kernel directly. One instance serves one specialization (see ``_run``), whose
+    compiled kernel directly. One instance serves one specialization (``kernel._run``), whose
     argument types, alignments and constants never change, so Triton would pick the same
     compiled kernel every time. Where Triton returns none (the CPU interpreter), every
     launch keeps going through the default launcher.
