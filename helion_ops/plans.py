@@ -183,15 +183,16 @@ def direct_launch(compiled: CompiledKernel, grid: tuple[int, ...]) -> DirectLaun
     launch = getattr(run, "launch", None)
     if launch is None or getattr(run, "profile_scratch_size", 1):
         return None
-    flags = (run.launch_cooperative_grid, run.launch_pdl)
-    scratch = grid[0] * grid[1] * grid[2] * run.num_ctas * run.global_scratch_size
     tail = (None, compiled.packed_metadata, None, None, None)
     calls: list[tuple[Any, ...]] = []
-    recorder = copy.copy(run)  # the runner itself stays as it is for other threads
-    recorder.launch = lambda *args: calls.append(args)
-    try:
+    try:  # a runner of another layout may lack any of these or refuse the call
+        flags = (run.launch_cooperative_grid, run.launch_pdl)
+        scratch = grid[0] * grid[1] * grid[2] * run.num_ctas * run.global_scratch_size
+        align = run.global_scratch_align
+        recorder = copy.copy(run)  # the runner itself stays as it is for other threads
+        recorder.launch = lambda *args: calls.append(args)
         recorder(*grid, 0, compiled.function, compiled.packed_metadata, None, None, None, _MARK)
-    except Exception:  # a runner of another layout
+    except Exception:
         return None
     if len(calls) != 1 or len(calls[0]) != 14:
         return None
@@ -200,7 +201,7 @@ def direct_launch(compiled: CompiledKernel, grid: tuple[int, ...]) -> DirectLaun
         return None
     if (call[7] is None) != (scratch == 0):  # the scratch memory Triton allocated, or none
         return None
-    return DirectLaunch(launch, flags, scratch, run.global_scratch_align, tail)
+    return DirectLaunch(launch, flags, scratch, align, tail)
 
 
 class _Slot:

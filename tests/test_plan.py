@@ -271,6 +271,19 @@ class Runner36:
         self.launch(gx, gy, gz, stream, function, *flags, scratch, None, *args)
 
 
+class RunnerWithoutFlags(Runner36):
+    """A runner with a C launch function but none of 3.6's flags (an older Triton's, say)."""
+
+    def __getattribute__(self, name):
+        if name in ("launch_cooperative_grid", "launch_pdl"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def __call__(self, gx, gy, gz, stream, function, *args):
+        self.called.append(args)
+        self.launch(gx, gy, gz, stream, function, None, None, *args)
+
+
 class RunnerOfAnotherLayout(Runner36):
     """A runner that forwards its arguments in another order (as Triton 3.9's does)."""
 
@@ -287,8 +300,9 @@ class RunnerOfAnotherLayout(Runner36):
         (Runner36(scratch=128), True),
         (Runner36(profile_scratch=64), False),
         (RunnerOfAnotherLayout(), False),
+        (RunnerWithoutFlags(), False),
     ],
-    ids=["triton-3.6", "scratch", "profile-scratch", "another-layout"],
+    ids=["triton-3.6", "scratch", "profile-scratch", "another-layout", "no-flags"],
 )
 def test_a_plan_calls_the_c_launcher_only_where_the_runner_only_forwards(
     monkeypatch, runner, direct
