@@ -218,19 +218,25 @@ class FakeCompiled(CompiledKernel):
         return lambda *args: self.runs.append(("runner", grid, *args))
 
 
-@pytest.mark.skipif(HAS_CUDA, reason="fakes the compiled kernel of the CPU interpreter")
-def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypatch):
+def addmm_plan_on_a_fake_gpu(monkeypatch) -> tuple[LaunchPlan, FakeCompiled]:
+    """An addmm plan built through the interpreter, then given a fake compiled kernel, as if
+    its operands were on cuda:3, the current device (each device's stream: 10 x its index)."""
     a, b, bias = rand(40, 32), rand(32, 24), rand(24)
-    launch_addmm(bias, a, b, 2.0, 0.5)  # builds the plan through the interpreter
+    launch_addmm(bias, a, b, 2.0, 0.5)
     (plan,) = kept_plans()
     fake = FakeCompiled()
     plan.launcher.compiled[plan.triton_kernel] = fake
-    plan.device = 3  # as if the operands were on cuda:3, the current device
+    plan.device = 3
     active = types.SimpleNamespace(
         get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
     )
     monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
+    return plan, fake
 
+
+@pytest.mark.skipif(HAS_CUDA, reason="fakes the compiled kernel of the CPU interpreter")
+def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypatch):
+    plan, fake = addmm_plan_on_a_fake_gpu(monkeypatch)
     a2, b2, bias2 = rand(40, 32), rand(32, 24), rand(24)
     out = launch_addmm(bias2, a2, b2, -1.0, 4.0)
     ((*launch, bias_arg, out_arg, alpha, beta),) = fake.runs
@@ -240,7 +246,7 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     x, y = launch[9:]
     assert x is a2 and y is b2 and out_arg is out and (alpha, beta) == (-1.0, 4.0)
     assert bias_arg.data_ptr() == bias2.data_ptr() and bias_arg.stride() == (0, 1)
-    assert out.shape == (40, 24) and out.dtype == a.dtype
+    assert out.shape == (40, 24) and out.dtype == a2.dtype
 
     # A launch hook (a profiler) sends the launch through Triton's own runner.
     hook = HookChain()
@@ -307,17 +313,8 @@ class RunnerOfAnotherLayout(Runner36):
 def test_a_plan_calls_the_c_launcher_only_where_the_runner_only_forwards(
     monkeypatch, runner, direct
 ):
-    a, b, bias = rand(40, 32), rand(32, 24), rand(24)
-    launch_addmm(bias, a, b, 2.0, 0.5)
-    (plan,) = kept_plans()
-    fake = FakeCompiled()
+    plan, fake = addmm_plan_on_a_fake_gpu(monkeypatch)
     fake._run = runner
-    plan.launcher.compiled[plan.triton_kernel] = fake
-    plan.device = 3
-    active = types.SimpleNamespace(
-        get_current_device=lambda: 3, get_current_stream=lambda d: d * 10
-    )
-    monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
     allocations = []
 
     def allocator(size: int, alignment: int, stream: int) -> torch.Tensor:
