@@ -27,7 +27,8 @@ ADDMM_SHAPES = [
 # a fraction of a wave and many waves, with tails; three shapes with sizes whose rows are not
 # 16-byte aligned (tensor descriptors fall back to pointers there); sizes that are multiples
 # of 8 but not of 64 (rows 16-byte aligned but not 128-byte, as in sizes such as 1000 or 3000
-# that users bring), in every dimension or in one; and some target shapes.
+# that users bring), in every dimension or in one; some target shapes; and tall products of
+# a short K.
 TRAINING_SHAPES = [
     (640, 640, 640),
     (896, 1152, 2304),
@@ -74,4 +75,16 @@ TRAINING_SHAPES = [
     (1024, 4096, 1024),
     (12288, 2048, 2048),
     (8192, 8192, 4096),
+    # Tall products of a short K (512-1024) and many tiles, as the projections of a model at
+    # many tokens: where a tile's loads and store outweigh its few K steps.
+    (24576, 512, 1024),
+    (40960, 256, 512),
+    (16384, 768, 1024),
+    (10240, 1024, 768),
+    (8192, 1536, 1024),
+    (6144, 2560, 768),
+    (14336, 640, 640),
+    (20480, 1024, 512),
+    (4096, 6144, 768),
+    (12288, 1280, 1024),
 ]
