@@ -10,10 +10,10 @@ transposed operand gets its own entry. The answer, in order:
    "plain" (``alpha * acc``) or "bias" (addmm's, which loads a bias tile). The user's own
    table (``user_table_path``: written by ``python -m helion_ops.tune --shape ...``) is
    read over the shipped one (``tuned/sm90.json``). fp16 falls back to the bf16 entry of the
-   same key; a bias epilogue without an entry of its own gets the plain entry unflattened
-   (``unflattened``). The pair kernel (two products in one launch) has entries of its own,
-   whose layout names four operands. Entries are overrides: every shape gets a config
-   without one.
+   same key; a bias epilogue without an entry of its own gets the plain entry, unflattened
+   where the bias would not fit in shared memory beside its pipeline (``fit_for_bias``).
+   The pair kernel (two products in one launch) has entries of its own, whose layout names
+   four operands. Entries are overrides: every shape gets a config without one.
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
    shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
@@ -211,7 +211,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     config = model.choose(model_product(a, b), tma_only=not masks_vectorize(a, b))
     if config is None:
         return bound_kernel.config_spec.default_config()
-    return unflattened(config) if epilogue == "bias" else config
+    return fit_for_bias(config, dtype.itemsize) if epilogue == "bias" else config
 
 
 def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
@@ -517,8 +517,8 @@ def table_config(
     """The table's config for a key and epilogue, or None.
 
     fp16 takes the bf16 entry where it has none of its own (fp16 and bf16 share tile shapes,
-    shared-memory needs and speeds). A bias epilogue without an entry takes the plain one,
-    ``unflattened``.
+    shared-memory needs and speeds). A bias epilogue without an entry takes the plain one
+    through ``fit_for_bias``.
     """
     dtypes = [key[3], "bfloat16"] if key[3] == "float16" else [key[3]]
     for dtype in dtypes:
@@ -527,7 +527,7 @@ def table_config(
             return config
     if epilogue == "bias":
         plain = table_config(table, key, "plain")
-        return None if plain is None else unflattened(plain)
+        return None if plain is None else fit_for_bias(plain, getattr(torch, key[3]).itemsize)
     return None
 
 
@@ -543,17 +543,29 @@ def epilogue_of(bound_kernel: BoundKernel, products: int = 1) -> str:
     return "plain" if memory_ops <= PLAIN_MEMORY_OPS * products else "bias"
 
 
-def unflattened(config: helion.Config) -> helion.Config:
-    """A plain entry made to fit a bias epilogue.
+# Shared memory a block may use on sm90 (H100, H200).
+SHARED_MEMORY_BYTES = 227 * 1024
+
+
+def fit_for_bias(config: helion.Config, itemsize: int) -> helion.Config:
+    """A plain config made to fit a bias epilogue.
 
     A flattened persistent loop keeps the operands' pipeline buffers live through the
-    epilogue (to prefetch the next tile), so the bias tile's own shared memory comes on top
-    of them: up to 256 KiB asked for against 227 KiB on sm90. The entry's tile shape runs
-    unflattened, which fits.
+    epilogue (to prefetch the next tile), so the bias tile and the output tile come on top of
+    them. Where that exceeds an SM's shared memory (128x256x64 tiles in 3 stages of bf16: 144
+    KiB of operands and 64 KiB each for the bias and the output, against 227), the tile runs
+    unflattened, which fits; smaller ones (128x128x64 in 4 stages: 128 + 32 + 32 KiB) keep
+    the flattened loop, which on short K loops is most of their speed.
     """
-    if not any(config.config.get("range_flattens") or []):
+    settings = config.config
+    if not any(settings.get("range_flattens") or []):
         return config
-    return helion.Config(**{k: v for k, v in config.config.items() if k != "range_flattens"})
+    bm, bn, bk = settings["block_sizes"][:3]
+    operands = settings["num_stages"] * (bm * bk + bk * bn)
+    programs = settings.get("num_sm_multiplier", 1)  # persistent programs that share an SM
+    if programs * (operands + 2 * bm * bn) * itemsize <= SHARED_MEMORY_BYTES:
+        return config
+    return helion.Config(**{k: v for k, v in settings.items() if k != "range_flattens"})
 
 
 class _Chosen(BaseAutotuner):

@@ -202,17 +202,28 @@ def test_an_epilogue_is_plain_or_loads_a_bias():
     assert configs.epilogue_of(pair, products=2) == "plain"
 
 
-def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened():
+def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened_where_it_would_not_fit():
+    """128x256x64 in 3 stages with a bias tile asks 272 KiB of bf16 (227 on sm90): unflattened;
+    128x128x64 in 4 stages 192 KiB: kept, but not as two programs per SM, nor in fp32."""
     entry = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
-    fitted = configs.unflattened(entry)
+    fitted = configs.fit_for_bias(entry, 2)
     assert "range_flattens" not in fitted.config
     assert {**fitted.config, "range_flattens": [True, None]} == entry.config
     plain = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved")
-    assert configs.unflattened(plain) is plain
+    assert configs.fit_for_bias(plain, 2) is plain
+    small = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
+    assert configs.fit_for_bias(small, 2) is small
+    assert "range_flattens" not in configs.fit_for_bias(small, 4).config
+    two = candidates.config(128, 128, 64, 8, 2, "persistent_interleaved", flatten=True)
+    assert configs.fit_for_bias(two, 2) is two
+    two_per_sm = candidates.config(
+        128, 128, 64, 8, 2, "persistent_interleaved", flatten=True, sm_multiplier=2
+    )
+    assert "range_flattens" not in configs.fit_for_bias(two_per_sm, 2).config
 
 
 def test_table_lookup_by_epilogue_then_dtype():
-    """A bias epilogue takes its own entry, else the plain entry unflattened; fp16 takes
+    """A bias epilogue takes its own entry, else the plain entry fit for it; fp16 takes
     bf16's entry where it has none; a key not in the table gets None (Helion's default)."""
     plain = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
     bias = candidates.BIAS_CANDIDATES[0]
@@ -231,7 +242,8 @@ def test_table_lookup_by_epilogue_then_dtype():
     assert lookup(8192, "bfloat16", "rr", "bias") is bias
     assert lookup(8192, "float16", "rr", "bias") is bias
     assert lookup(8192, "float16", "rr", "plain") is plain
-    assert lookup(4096, "bfloat16", "rr", "bias") == configs.unflattened(plain)
+    assert lookup(4096, "bfloat16", "rr", "bias") == configs.fit_for_bias(plain, 2)
+    assert "range_flattens" not in lookup(4096, "bfloat16", "rr", "bias").config
     assert lookup(4096, "float16", "rr", "plain") is fp16_plain
     assert lookup(4096, "float16", "rr", "bias") is fp16_plain
     assert lookup(4096, "bfloat16", "rc", "plain") is None

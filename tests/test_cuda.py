@@ -56,7 +56,7 @@ def test_addmm_fwd_bwd_at_size(dtype_mode, bias_shape, m, k, n):
 
 def tuned_entries_and_biases():
     """Each table entry with every bias it serves: a plain entry also serves addmm's bias
-    epilogue (unflattened) where no bias entry exists; a bias entry serves [m, n] and [n]."""
+    epilogue (``fit_for_bias``) where no bias entry exists; a bias entry serves [m, n] and [n]."""
     if not torch.cuda.is_available():
         return []
     arch = configs.gpu_arch(torch.device("cuda"))
@@ -101,7 +101,7 @@ def test_every_tuned_config_is_correct(key, bias_shape):
 
 
 # An aligned and an unaligned shape, neither in the table: every candidate the model may
-# choose must be right on both, with each epilogue it serves (a bias unflattened).
+# choose must be right on both, with each epilogue it serves (a bias as fit_for_bias makes it).
 MODEL_SHAPES = [(1000, 776, 336), (1001, 777, 333)]
 
 
@@ -121,7 +121,7 @@ def test_every_model_candidate_is_correct(index, m, n, k, layout):
     assert_matches(f"candidate {index} {layout}", got, torch.matmul(a, b), want)
     epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
     with_bias = kernel.matmul_kernel.bind((a, b, epilogue))
-    got = with_bias.compile_config(configs.unflattened(candidate))(a, b, epilogue)
+    got = with_bias.compile_config(configs.fit_for_bias(candidate, 2))(a, b, epilogue)
     assert_matches(f"candidate {index} {layout} bias", got, torch.addmm(bias, a, b), want + bias)
 
 

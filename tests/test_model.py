@@ -166,15 +166,16 @@ def test_the_shipped_model_loads_and_chooses_for_any_shape():
     assert small[0] * small[1] <= 128 * 128
 
 
-def test_an_odd_k_chooses_among_tensor_descriptor_candidates():
-    """32768x1024x479 staged (rows aligned, K of 958 bytes): the fit's choice is a pointer
-    candidate, whose K masks would load element by element (measured on the H200: 0.22 ms
-    against 0.10 with tensor descriptors); ``tma_only`` leaves it out."""
+def test_tma_only_chooses_among_tensor_descriptor_candidates():
+    """Where some size would not vectorize pointer loads (32768x1024x479 staged: K of 958
+    bytes, whose masks load element by element; measured on the H200: 0.22 ms against 0.10
+    with tensor descriptors), ``tma_only`` leaves the pointer candidates out, even where the
+    fit would choose one (1536^3 on the shipped fit)."""
     shipped = model.shipped_model("sm90")
-    free = shipped.choose(product(32768, 1024, 479))
-    assert free.config["indexing"] == "pointer"
-    chosen = shipped.choose(product(32768, 1024, 479), tma_only=True)
-    assert chosen.config["indexing"] == "tensor_descriptor"
+    assert shipped.choose(product(1536, 1536, 1536)).config["indexing"] == "pointer"
+    for shape in ((1536, 1536, 1536), (32768, 1024, 479)):
+        chosen = shipped.choose(product(*shape), tma_only=True)
+        assert chosen.config["indexing"] == "tensor_descriptor"
 
 
 @pytest.mark.parametrize(
