@@ -9,7 +9,9 @@ the launchers directly: ``mm`` and ``addmm`` below pick the path.
 For ``out = beta * bias + alpha * (mat1 @ mat2)`` and an incoming ``grad_out``:
 ``grad_mat1 = alpha * (grad_out @ mat2.T)`` and ``grad_mat2 = alpha * (mat1.T @ grad_out)``,
 both through the forward kernel on transposed views (no copies), alpha fused in its epilogue,
-and in one launch where both are small (``launch_mm_pair``);
+and in one launch where both are small (``launch_mm_pair``); each in its operand's layout, as
+torch gives it (a column-major operand's as the transposed product), so that autograd keeps it
+rather than copying it into its leaf's layout;
 ``grad_bias = beta * grad_out`` summed down to the bias's own shape. Only the gradients in
 ``ctx.needs_input_grad`` are computed, and only the operands they need are saved. The same
 ``setup_*_context`` and ``*_backward`` functions serve the custom ops' registered autograd
@@ -122,6 +124,12 @@ def _operands_to_save(
     return mat1 if need_mat2 else None, mat2 if need_mat1 else None
 
 
+def _column_major(t: torch.Tensor) -> bool:
+    """Whether a 2-D tensor is laid out column by column, by torch's own test in its mm
+    backward (a transposed contiguous tensor: ``x.T``, tritonbench's 'n' layouts)."""
+    return t.stride(0) == 1 and t.stride(1) == t.shape[0]
+
+
 def _operand_grads(
     mat1: torch.Tensor | None,
     mat2: torch.Tensor | None,
@@ -130,26 +138,40 @@ def _operand_grads(
     alpha: float,
     mm: MM,
     mm_pair: MMPair,
+    column_major: tuple[bool, bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The grads of ``alpha * (mat1 @ mat2)`` in ``needs``, from the saved operands."""
+    """The grads of ``alpha * (mat1 @ mat2)`` in ``needs``, from the saved operands.
+
+    Each grad comes in its operand's layout, as torch's mm backward gives it: for an operand
+    that was column-major (``column_major``), the transposed product, transposed back as a
+    view. A grad of another layout than its leaf's would be copied by autograd into the
+    leaf's (one more kernel and allocation a step)."""
     need_mat1, need_mat2 = needs
-    if need_mat1 and need_mat2:
+    col1, col2 = column_major
+    # grad_mat1 = grad_out @ mat2.T, or (mat2 @ grad_out.T).T; likewise grad_mat2.
+    first = ((mat2, grad_out.T) if col1 else (grad_out, mat2.T)) if need_mat1 else None
+    second = ((grad_out.T, mat1) if col2 else (mat1.T, grad_out)) if need_mat2 else None
+    if first and second:
         # One launch where it pays; the product with the longer K first, so that its tiles
-        # start first (grad_out @ mat2.T sums over grad_out's columns, mat1.T @ grad_out
-        # over its rows).
+        # start first (grad_mat1's sums over grad_out's columns, grad_mat2's over its rows).
         if grad_out.shape[0] > grad_out.shape[1]:
-            grad_mat2, grad_mat1 = mm_pair(mat1.T, grad_out, grad_out, mat2.T, alpha)
-            return grad_mat1, grad_mat2
-        return mm_pair(grad_out, mat2.T, mat1.T, grad_out, alpha)
-    grad_mat1 = mm(grad_out, mat2.T, alpha) if need_mat1 else None
-    grad_mat2 = mm(mat1.T, grad_out, alpha) if need_mat2 else None
-    return grad_mat1, grad_mat2
+            grad_mat2, grad_mat1 = mm_pair(*second, *first, alpha)
+        else:
+            grad_mat1, grad_mat2 = mm_pair(*first, *second, alpha)
+    else:
+        grad_mat1 = mm(*first, alpha) if first else None
+        grad_mat2 = mm(*second, alpha) if second else None
+    return (
+        grad_mat1.T if col1 and grad_mat1 is not None else grad_mat1,
+        grad_mat2.T if col2 and grad_mat2 is not None else grad_mat2,
+    )
 
 
 def setup_mm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:
     """Autograd context of ``mm(mat1, mat2, alpha)``."""
     mat1, mat2, alpha = inputs
     ctx.save_for_backward(*_operands_to_save(mat1, mat2, ctx.needs_input_grad[:2]))
+    ctx.column_major = _column_major(mat1), _column_major(mat2)
     ctx.alpha = alpha
 
 
@@ -158,7 +180,9 @@ def mm_backward(
 ) -> tuple[Any, ...]:
     """Gradients of ``mm(mat1, mat2, alpha)`` for (mat1, mat2, alpha)."""
     needs = ctx.needs_input_grad[:2]
-    grads = _operand_grads(*ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair)
+    grads = _operand_grads(
+        *ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair, ctx.column_major
+    )
     return (*grads, None)
 
 
@@ -166,6 +190,7 @@ def setup_addmm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor 
     """Autograd context of ``addmm(bias, mat1, mat2, alpha, beta)``."""
     bias, mat1, mat2, alpha, beta = inputs
     ctx.save_for_backward(*_operands_to_save(mat1, mat2, ctx.needs_input_grad[1:3]))
+    ctx.column_major = _column_major(mat1), _column_major(mat2)
     ctx.bias_shape = bias.shape
     ctx.alpha, ctx.beta = alpha, beta
 
@@ -182,7 +207,7 @@ def addmm_backward(
             grad_bias = grad_bias * ctx.beta
     needs = ctx.needs_input_grad[1:3]
     grad_mat1, grad_mat2 = _operand_grads(
-        *ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair
+        *ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair, ctx.column_major
     )
     return grad_bias, grad_mat1, grad_mat2, None, None
 
@@ -196,6 +221,7 @@ def setup_mm_pair_context(
     ctx.save_for_backward(
         *_operands_to_save(a1, b1, need[0:2]), *_operands_to_save(a2, b2, need[2:4])
     )
+    ctx.column_major = tuple(_column_major(t) for t in (a1, b1, a2, b2))
     ctx.alpha = alpha
 
 
@@ -203,9 +229,9 @@ def mm_pair_backward(ctx: Any, grad1: torch.Tensor, grad2: torch.Tensor) -> tupl
     """Gradients of ``mm_pair`` for (a1, b1, a2, b2, alpha): those of each product. (The
     pair runs in backwards: these are the terms of a double backward.)"""
     a1, b1, a2, b2 = ctx.saved_tensors
-    need, alpha = ctx.needs_input_grad, ctx.alpha
-    first = _operand_grads(a1, b1, need[0:2], grad1, alpha, mm_op, mm_pair_op)
-    second = _operand_grads(a2, b2, need[2:4], grad2, alpha, mm_op, mm_pair_op)
+    need, alpha, cols = ctx.needs_input_grad, ctx.alpha, ctx.column_major
+    first = _operand_grads(a1, b1, need[0:2], grad1, alpha, mm_op, mm_pair_op, cols[0:2])
+    second = _operand_grads(a2, b2, need[2:4], grad2, alpha, mm_op, mm_pair_op, cols[2:4])
     return (*first, *second, None)
 
 

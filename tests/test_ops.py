@@ -135,6 +135,48 @@ def test_transposed_views(dtype_mode, a_t, b_t):
     check_addmm(bias, a, b)
 
 
+@pytest.mark.parametrize("op", ["matmul", "addmm"])
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_grads_come_in_their_operands_layout(backward_launches, op, a_t, b_t, needs):
+    """As torch's: a column-major leaf (tritonbench's 'n' layouts) gets a column-major grad,
+    which autograd keeps as its .grad instead of copying it into the leaf's layout. (The hooks
+    keep only strides and addresses: a reference to the grad would make autograd copy it.)"""
+    a = make((37, 50), torch.float32, transposed=a_t).detach().requires_grad_(needs[0])
+    b = make((50, 29), torch.float32, transposed=b_t).detach().requires_grad_(needs[1])
+    bias = make((29,), torch.float32)
+    incoming = {}
+    for name, t in (("mat1", a), ("mat2", b)):
+        if t.requires_grad:
+            t.register_hook(lambda g, n=name: incoming.update({n: (g.stride(), g.data_ptr())}))
+    out = helion_ops.matmul(a, b) if op == "matmul" else helion_ops.addmm(bias, a, b, alpha=0.5)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    alpha = 1.0 if op == "matmul" else 0.5
+    a64, b64, g64 = a.detach().double(), b.detach().double(), grad_out.double()
+    wants = {"mat1": alpha * g64 @ b64.T, "mat2": alpha * a64.T @ g64}
+    theirs = {"mat1": alpha * grad_out @ b.detach().T, "mat2": alpha * a.detach().T @ grad_out}
+    for name, t in (("mat1", a), ("mat2", b)):
+        if not t.requires_grad:
+            assert t.grad is None and name not in incoming
+            continue
+        assert incoming[name] == (t.stride(), t.grad.data_ptr()), f"{name}'s grad was copied"
+        assert_matches(f"grad of {name}", t.grad, theirs[name], wants[name])
+
+
+def test_a_linear_layers_weight_gets_its_grad_uncopied():
+    """``x @ w.T`` with a row-major weight (nn.Linear's): w's grad arrives row-major."""
+    x, w = make((37, 50), torch.float32), make((29, 50), torch.float32)
+    incoming = []
+    w.register_hook(lambda g: incoming.append((g.stride(), g.data_ptr())))
+    out = helion_ops.matmul(x, w.T)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    assert incoming == [(w.stride(), w.grad.data_ptr())]
+    want = grad_out.double().T @ x.detach().double()
+    assert_matches("grad of w", w.grad, grad_out.T @ x.detach(), want)
+
+
 def launches(monkeypatch) -> list:
     """The kernels ``kernel._run`` launches from now on, in order."""
     launched, real_run = [], kernel._run
@@ -264,9 +306,12 @@ def penalty_grads(fn, inputs: list[torch.Tensor], grad_out: torch.Tensor) -> tup
 
 
 @pytest.mark.parametrize("op", ["matmul", "addmm"])
-def test_second_order_gradients(op):
-    """create_graph=True: the backward's own products are differentiable, as torch's are."""
-    a, b = make((24, 40), torch.float32), make((40, 16), torch.float32)
+@pytest.mark.parametrize("column_major", [False, True])
+def test_second_order_gradients(op, column_major):
+    """create_graph=True: the backward's own products are differentiable, as torch's are,
+    with operands of either layout (column-major ones get their grads transposed)."""
+    a = make((24, 40), torch.float32, transposed=column_major)
+    b = make((40, 16), torch.float32, transposed=column_major)
     bias = make((16,), torch.float32)
     if op == "matmul":
         ours_fn, torch_fn, inputs = helion_ops.matmul, torch.matmul, [a, b]
