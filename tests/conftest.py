@@ -38,6 +38,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def keep_triton_interpret():
+    """run_bench's ``main`` sets TRITON_INTERPRET for the rest of its process where it sees no
+    GPU; a test that fakes a machine without one must not leave the GPU tests after it (in
+    its process) in the interpreter."""
+    was = os.environ.get("TRITON_INTERPRET")
+    yield
+    if was is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = was
+
+
+@pytest.fixture(autouse=True)
 def poison_uninitialized_memory(monkeypatch):
     """torch.empty fills floats with NaN, so an output element the kernel never writes fails.
 

@@ -187,7 +187,9 @@ def test_a_config_out_of_shared_memory_falls_back_to_helions_default(monkeypatch
     torch.testing.assert_close(out, a @ b)
     assert len(launched) == 2 and launched[0] is not launched[1]
     torch.testing.assert_close(helion_ops.matmul(a, b), a @ b)  # the default, kept
-    assert len(launched) == 3 and launched[2] is launched[1]
+    # Through the second launcher again in the interpreter; on a GPU the default's launch
+    # plan calls the compiled kernel itself, past any launcher.
+    assert launched[2:] == ([] if HAS_CUDA else [launched[1]])
     kernel.reset()
 
 
