@@ -92,7 +92,25 @@ def test_a_failed_clone_leaves_nothing_run_bench_would_use(tmp_path, capsys):
     assert not dest.exists()
 
 
-def test_run_bench_imports_tritonbench_from_the_clone(upstream, tmp_path, monkeypatch):
+@pytest.fixture
+def tritonbench_modules_kept():
+    """sys.modules' tritonbench entries as they were before the test: a test that imports a
+    fake clone's tritonbench must not leave it to the tests after it in its process (which
+    would then import ``tritonbench.utils`` from the clone)."""
+
+    def ours() -> dict[str, object]:
+        return {k: m for k, m in sys.modules.items() if k.split(".")[0] == "tritonbench"}
+
+    before = ours()
+    yield
+    for name in ours():
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
+def test_run_bench_imports_tritonbench_from_the_clone(
+    upstream, tmp_path, monkeypatch, tritonbench_modules_kept
+):
     tritonbench, _, _ = upstream
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(sys, "path", list(sys.path))
