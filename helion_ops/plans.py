@@ -87,7 +87,9 @@ class LaunchPlan:
         self.epilogues, self.outputs, self.constants = epilogues, outputs, constants
         self.allocate = torch.zeros if zeroed else torch.empty
         # Outputs of the first operand's dtype and device (every plain and pair product): the
-        # operand's new_empty, which skips torch.empty's keyword parsing.
+        # operand's new_empty, which skips torch.empty's keyword parsing, with the sizes as
+        # separate ints (every output here is 2-D; a tuple costs the argument parser about 1
+        # microsecond more).
         self.like_first = not zeroed and all(
             out[1:] == (first.dtype, first.device) for out in outputs
         )
@@ -107,7 +109,7 @@ class LaunchPlan:
                 return self(*args)
         if self.like_first:
             first = args[0]
-            outs = [first.new_empty(shape) for shape in self.shapes]
+            outs = [first.new_empty(*shape) for shape in self.shapes]
         else:
             allocate = self.allocate
             outs = [
