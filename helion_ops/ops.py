@@ -126,8 +126,10 @@ def _operands_to_save(
 
 def _column_major(t: torch.Tensor) -> bool:
     """Whether a 2-D tensor is laid out column by column, by torch's own test in its mm
-    backward (a transposed contiguous tensor: ``x.T``, tritonbench's 'n' layouts)."""
-    return t.stride(0) == 1 and t.stride(1) == t.shape[0]
+    backward (a transposed contiguous tensor: ``x.T``, tritonbench's 'n' layouts). (One
+    ``stride()``: ``stride(0)`` and ``stride(1)`` each cost torch's argument parser.)"""
+    strides = t.stride()
+    return strides[0] == 1 and strides[1] == t.shape[0]
 
 
 def _operand_grads(
