@@ -37,6 +37,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` on a machine with a GPU: one worker per core, but at most one per 8 GiB of
+    the GPU's memory (each worker holds a CUDA context and its tests' tensors there) and 12 in
+    all (an H200 machine's 16 cores ran 12, call 92). Without a GPU, xdist's own count."""
+    if not HAS_CUDA:
+        return None
+    from xdist.plugin import pytest_xdist_auto_num_workers as per_core
+
+    memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return max(1, min(per_core(config), 12, int(memory_gib // 8)))
+
+
 @pytest.fixture(autouse=True)
 def keep_triton_interpret():
     """run_bench's ``main`` sets TRITON_INTERPRET for the rest of its process where it sees no
