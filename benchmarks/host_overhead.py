@@ -26,20 +26,25 @@ import helion_ops
 from helion_ops.kernel import launch_mm
 
 
-def per_call_us(rows: dict[str, tuple[Callable[[], object], int]], repeats: int = 15) -> dict:
+def per_call_us(
+    rows: dict[str, tuple[Callable[[], object], int]],
+    repeats: int = 15,
+    synchronize: Callable[[], object] = torch.cuda.synchronize,
+) -> dict:
     """Each row's time per call, us, per repeat: one batch of ``calls`` of each row in turn
-    (interleaved, so that a drift of the host's speed reaches every row alike)."""
+    (interleaved, so that a drift of the host's speed reaches every row alike), each batch
+    ended by ``synchronize``."""
     for fn, _ in rows.values():
         for _ in range(50):
             fn()
-    torch.cuda.synchronize()
+    synchronize()
     samples: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(repeats):
         for name, (fn, calls) in rows.items():
             start = time.perf_counter()
             for _ in range(calls):
                 fn()
-            torch.cuda.synchronize()
+            synchronize()
             samples[name].append((time.perf_counter() - start) / calls * 1e6)
     return samples
 

@@ -3,20 +3,21 @@
 The kernels are compiled for Triton's interpreter, but every launch is stubbed: Triton's JIT
 entry point returns a fake CompiledKernel whose launcher does nothing, and a fake driver
 gives the device and stream, so what is timed is everything but the C launcher. The
-argument checks take their CUDA path. bf16 256^3, median of 5 x 20000 calls (2000 for
-forward+backward). ``-p ROW...`` adds a cProfile table per row.
+argument checks take their CUDA path. bf16 256^3; the rows run in turn, one batch each (20000
+calls, 2000 for forward+backward), 5 times over, as ``benchmarks.host_overhead`` runs them
+(a drift of this host's speed reaches every row alike); each row's median. ``-p ROW...`` adds
+a cProfile table per row.
 
-    python -m benchmarks.host_overhead_cpu [-p launch_mm]
+    python -m benchmarks.host_overhead_cpu [--calls 20000] [--repeats 5] [-p launch_mm]
 """
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import os
 import pstats
 import statistics
-import sys
-import time
 
 os.environ["TRITON_INTERPRET"] = "1"
 
@@ -25,7 +26,7 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
 import helion_ops
-from benchmarks.host_overhead import fwd_bwd
+from benchmarks.host_overhead import fwd_bwd, per_call_us
 from helion_ops import checks, kernel, plans
 
 
@@ -50,19 +51,12 @@ def stub_launches() -> None:
     checks._fast_device = lambda t: True  # as on a GPU: no environment read
 
 
-def per_call_us(fn, calls: int, repeats: int = 5) -> float:
-    for _ in range(200):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=20000, help="a batch (a tenth for fwd+bwd)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("-p", "--profile", nargs="*", default=[], metavar="ROW")
+    args = parser.parse_args(argv)
     stub_launches()
     s, dtype = 256, torch.bfloat16
     a, b, g = (torch.randn(s, s, dtype=dtype) for _ in range(3))
@@ -78,13 +72,17 @@ def main() -> None:
         "matmul fwd+bwd": fwd_bwd(helion_ops.matmul, g, la, lb),
         "addmm fwd+bwd": fwd_bwd(helion_ops.addmm, g, lbias, la, lb),
     }
-    for name, fn in rows.items():
-        print(f"{name:22s} {per_call_us(fn, 2000 if 'bwd' in name else 20000):8.2f} us")
-    if "-p" in sys.argv:
-        for name in sys.argv[sys.argv.index("-p") + 1 :]:
-            profile = cProfile.Profile()
-            profile.runcall(lambda fn=rows[name]: [fn() for _ in range(5000)])
-            pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+    batches = {
+        name: (fn, max(1, args.calls // 10) if "bwd" in name else args.calls)
+        for name, fn in rows.items()
+    }
+    samples = per_call_us(batches, args.repeats, synchronize=lambda: None)
+    for name, times in samples.items():
+        print(f"{name:22s} {statistics.median(times):8.2f} us")
+    for name in args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(lambda fn=rows[name]: [fn() for _ in range(5000)])
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

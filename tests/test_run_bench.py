@@ -853,3 +853,18 @@ def test_gpu_only_tools_say_so_without_a_gpu(monkeypatch, capsys):
     assert "host_overhead_cpu" in capsys.readouterr().err
     assert wave_split.main(["--shape", "64x64x64"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_cpu_host_bench_times_every_row_in_turn():
+    """``benchmarks.host_overhead_cpu`` in a process of its own (it stubs Triton's launches
+    for the whole process): every row timed, batches interleaved as on the GPU."""
+    argv = [sys.executable, "-m", "benchmarks.host_overhead_cpu", "--calls", "20", "--repeats", "2"]
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    timed = [line.rsplit(maxsplit=2) for line in done.stdout.splitlines() if line.endswith(" us")]
+    assert [name for name, _, _ in timed] == [
+        "launch_mm", "matmul (no grad)", "addmm (no grad)", "matmul (grad)", "addmm (grad)",
+        "matmul fwd+bwd", "addmm fwd+bwd",
+    ]  # fmt: skip
+    assert all(float(us) > 0 for _, us, _ in timed)
