@@ -41,8 +41,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` on a machine with a GPU: one worker per core, but at most one per 8 GiB of
     the GPU's memory (each worker holds a CUDA context and its tests' tensors there) and 12 in
-    all (an H200 machine's 16 cores ran 12, call 92). Without a GPU, xdist's own count."""
-    if not HAS_CUDA:
+    all (an H200 machine's 16 cores ran 12, call 92). Without a GPU, or where the user set
+    PYTEST_XDIST_AUTO_NUM_WORKERS, xdist's own count."""
+    if not HAS_CUDA or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     from xdist.plugin import pytest_xdist_auto_num_workers as per_core
 

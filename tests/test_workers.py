@@ -17,6 +17,7 @@ def test_gpu_machines_get_a_worker_per_core_within_the_gpus_memory(
     monkeypatch, cores, memory_gib, workers
 ):
     monkeypatch.setattr(conftest, "HAS_CUDA", True)
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
     monkeypatch.setattr("xdist.plugin.pytest_xdist_auto_num_workers", lambda config: cores)
     memory = types.SimpleNamespace(total_memory=memory_gib * 2**30)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: memory)
@@ -25,4 +26,10 @@ def test_gpu_machines_get_a_worker_per_core_within_the_gpus_memory(
 
 def test_without_a_gpu_xdist_counts_the_cores(monkeypatch):
     monkeypatch.setattr(conftest, "HAS_CUDA", False)
+    assert conftest.pytest_xdist_auto_num_workers(None) is None
+
+
+def test_a_count_the_user_set_is_xdists_to_read(monkeypatch):
+    monkeypatch.setattr(conftest, "HAS_CUDA", True)
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "32")
     assert conftest.pytest_xdist_auto_num_workers(None) is None
