@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from helion_ops import ops
+from helion_ops import native, ops, plans
 from helion_ops.checks import check_addmm_args, check_matmul_args, check_scalars
 from helion_ops.kernel import launch_addmm, launch_mm
 
@@ -96,6 +96,24 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     """
     if torch.compiler.is_compiling():
         return ops.mm(mat1, mat2, check=check_matmul_args)  # the custom op, checked first
+    fast = native.module
+    if fast is None:
+        if not native.started:
+            native.start(mat1)
+    elif plans.no_launch_hooks():
+        # The C++ path: a tensor, False (this call is Python's), or None (a new key, which
+        # the Python path runs and then teaches it).
+        out = fast.matmul(mat1, mat2)
+        if out is None:
+            out = _python_matmul(mat1, mat2)
+            native.learn_matmul(mat1, mat2)
+            return out
+        if out is not False:
+            return out
+    return _python_matmul(mat1, mat2)
+
+
+def _python_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     if not _records_a_graph(mat1, mat2):
         # The bare launcher, which checks the arguments unless they match a launch it made
         # before.
@@ -126,6 +144,24 @@ def addmm(
     if torch.compiler.is_compiling():
         check_scalars(alpha, beta)
         return ops.addmm(bias, mat1, mat2, float(alpha), float(beta), check_addmm_args)
+    fast = native.module
+    if fast is None:
+        if not native.started:
+            native.start(mat1)
+    elif type(alpha) in (float, int) and type(beta) in (float, int) and plans.no_launch_hooks():
+        out = fast.addmm(bias, mat1, mat2, alpha, beta)  # as in matmul
+        if out is None:
+            out = _python_addmm(bias, mat1, mat2, alpha, beta)
+            native.learn_addmm(bias, mat1, mat2)
+            return out
+        if out is not False:
+            return out
+    return _python_addmm(bias, mat1, mat2, alpha, beta)
+
+
+def _python_addmm(
+    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
+) -> torch.Tensor:
     if not _records_a_graph(bias, mat1, mat2):  # as in matmul
         check_scalars(alpha, beta)
         return launch_addmm(bias, mat1, mat2, float(alpha), float(beta), check=check_addmm_args)

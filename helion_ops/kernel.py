@@ -42,6 +42,7 @@ from triton import set_allocator
 from triton.runtime import _allocation
 from triton.runtime.errors import OutOfResources
 
+from helion_ops import native
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
     k_masks_vectorize,
@@ -290,6 +291,7 @@ def reset() -> None:
     _fast_pair_eager.clear()
     _fast_eager.clear()
     _splits_compiled.clear()
+    native.reset()
     for kernel in KERNELS:
         kernel.reset()
 
@@ -425,6 +427,39 @@ def _fast_plan(
     return plan
 
 
+def _mm_key(a: Any, b: Any) -> tuple[Any, ...] | None:
+    """``launch_mm``'s fast-path key; None where a or b is not a tensor."""
+    try:
+        return (
+            a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+            a.data_ptr() % 16, b.data_ptr() % 16,
+        )  # fmt: skip
+    except AttributeError:  # not tensors: the check names the argument
+        return None
+
+
+def _addmm_key(bias: torch.Tensor, a: Any, b: Any) -> tuple[Any, ...] | None:
+    """``launch_addmm``'s fast-path key for a tensor bias; None where a or b is not a tensor."""
+    try:
+        return (
+            a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
+            b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
+            b.data_ptr() % 16, bias.data_ptr() % 16,
+        )  # fmt: skip
+    except AttributeError:
+        return None
+
+
+def fast_mm_plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
+    """The plan ``launch_mm`` takes for these operands outside a capture, if it has one."""
+    return _fast_plan(_fast_mm, _mm_key(a, b), a)
+
+
+def fast_addmm_plan(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
+    """The plan ``launch_addmm`` takes for a tensor bias outside a capture, if it has one."""
+    return _fast_plan(_fast_addmm, _addmm_key(bias, a, b), a)
+
+
 def launch_mm_pair(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -507,13 +542,7 @@ def launch_mm(
     Returns:
         A new [m, n] tensor of a's dtype.
     """
-    try:
-        fast_key = (
-            a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-            a.data_ptr() % 16, b.data_ptr() % 16,
-        )  # fmt: skip
-    except AttributeError:  # not tensors: the check names the argument
-        fast_key = None
+    fast_key = _mm_key(a, b)
     plan = _fast_plan(_fast_mm, fast_key, a)
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
@@ -551,14 +580,7 @@ def launch_addmm(
     """
     fast_key = None
     if isinstance(bias, torch.Tensor) and beta != 0 and alpha != 0:
-        try:
-            fast_key = (
-                a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
-                b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
-                b.data_ptr() % 16, bias.data_ptr() % 16,
-            )  # fmt: skip
-        except AttributeError:  # not tensors: the check names the argument
-            fast_key = None
+        fast_key = _addmm_key(bias, a, b)
         plan = _fast_plan(_fast_addmm, fast_key, a)
         if plan is not None and _allocator_set.get():
             # The plan takes only the bias's address from the epilogue (the strides of its

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import threading
 import types
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -28,6 +29,10 @@ from triton.runtime import _allocation, driver
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+# While helion_ops.native watches a Python backward: its thread's id and a list to which each
+# plan call in that thread appends (plan, args, outputs).
+recording: tuple[int, list[tuple[Any, ...]]] | None = None
 
 
 class DirectLauncher:
@@ -94,6 +99,7 @@ class LaunchPlan:
             out[1:] == (first.dtype, first.device) for out in outputs
         )
         self.shapes = tuple(shape for shape, _, _ in outputs)
+        self.sources = sources  # where each launch argument comes from (helion_ops.native)
         self.pick = operator.itemgetter(*sources)
         self.returns_tuple = returns_tuple
         self.device = first.device.index
@@ -116,7 +122,7 @@ class LaunchPlan:
                 allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
             ]
         captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
-        if compiled is None or not _no_launch_hooks():
+        if compiled is None or not no_launch_hooks():
             # Triton's JIT entry point (the CPU interpreter, which compiles nothing) or its
             # own runner (launch hooks set, e.g. a profiler).
             launch_args = self.pick((*args, *captured, *outs, *self.constants))
@@ -145,6 +151,8 @@ class LaunchPlan:
                 grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
                 None, None, None, *self.pick((*args, *captured, *outs, *self.constants)),
             )  # fmt: skip
+        if recording is not None and recording[0] == threading.get_ident():
+            recording[1].append((self, args, outs))
         if self.returns_tuple:
             return tuple(outs)
         return outs[0] if outs else None
@@ -305,7 +313,7 @@ def _holds_a_tensor(arg: Any) -> bool:
     return any(isinstance(value, torch.Tensor) for value in fields.values())
 
 
-def _no_launch_hooks() -> bool:
+def no_launch_hooks() -> bool:
     """Whether Triton has no launch hook to call (a profiler such as proton adds some)."""
     runtime = knobs.runtime
     return not _hooks(runtime.launch_enter_hook) and not _hooks(runtime.launch_exit_hook)

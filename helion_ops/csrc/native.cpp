@@ -1,0 +1,456 @@
+// The eager fast path of helion_ops.matmul and helion_ops.addmm in C++ (issue 16).
+//
+// A Python autograd Function costs host time that torch's own mm does not: its forward and
+// backward run Python, and the backward runs it on autograd's device thread, where each call
+// also pays for the hand-over of the GIL (NOTES 72). Here a specialization that the Python
+// path has already run (checked, compiled, planned) is replayed without Python: the operands'
+// key finds the forward's launch, a C++ autograd Function saves what the backward needs, and
+// the backward replays the launches that the Python backward made for the same key (its
+// "recipe"), through the CUDA driver. What the Python path does not hand over (a first call,
+// a CUDA graph capture, a functorch transform, a double backward, operands it copied or
+// products it split) stays on the Python path. helion_ops.native builds this file and teaches
+// it each key.
+
+#include <torch/extension.h>
+
+#include <pybind11/stl.h>
+
+#include <ATen/ExpandUtils.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <dlfcn.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// The two driver entry points used, resolved from the driver library as Triton does.
+using LaunchKernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, void*, void**, void**);
+using StreamIsCapturing = int (*)(void*, int*);
+
+struct Driver {
+  LaunchKernel launch = nullptr;
+  StreamIsCapturing is_capturing = nullptr;
+};
+
+const Driver& driver() {
+  static const Driver resolved = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    TORCH_CHECK(lib != nullptr, "helion_ops native: cannot open libcuda.so.1");
+    d.launch = reinterpret_cast<LaunchKernel>(dlsym(lib, "cuLaunchKernel"));
+    d.is_capturing = reinterpret_cast<StreamIsCapturing>(dlsym(lib, "cuStreamIsCapturing"));
+    TORCH_CHECK(d.launch && d.is_capturing, "helion_ops native: libcuda.so.1 lacks a symbol");
+    return d;
+  }();
+  return resolved;
+}
+
+// Where a kernel parameter's value comes from.
+enum Source : int8_t { kTensor = 0, kOutput = 1, kScalar = 2, kConstant = 3 };
+// How a scalar from the call is stored (Triton passes Python floats as fp32).
+enum Storage : int8_t { kBits = 0, kFloat32 = 1, kFloat64 = 2 };
+
+struct Param {
+  Source source;
+  Storage storage;
+  int64_t value;  // the tensor, output or scalar's index, or the constant's bits
+};
+
+// One launch of a compiled Triton kernel whose arguments are laid out in advance
+// (helion_ops.plans.LaunchPlan, converted by helion_ops.native).
+struct Launch {
+  void* function;
+  std::array<unsigned, 3> grid;
+  unsigned block;
+  unsigned shared;
+  int64_t scratch;  // bytes of global scratch memory a launch allocates (0: none)
+  std::vector<Param> params;
+  std::vector<std::array<int64_t, 2>> outputs;  // each a new tensor of the first operand's kind
+
+  std::vector<at::Tensor> run(const at::Tensor* tensors, const double* scalars) const {
+    // Outputs of the first operand's dtype and device (a forward's a, a backward's grad_out),
+    // as every plan made for this path allocates them.
+    const at::TensorOptions options = tensors[0].options();
+    std::vector<at::Tensor> outs;
+    outs.reserve(outputs.size());
+    for (const auto& shape : outputs) {
+      outs.push_back(at::empty({shape[0], shape[1]}, options));
+    }
+    constexpr size_t kMax = 64;
+    TORCH_CHECK(params.size() + 2 <= kMax, "helion_ops native: too many kernel parameters");
+    uint64_t values[kMax];
+    void* pointers[kMax];
+    size_t i = 0;
+    for (const Param& p : params) {
+      uint64_t v = 0;
+      switch (p.source) {
+        case kTensor:
+          v = reinterpret_cast<uint64_t>(tensors[p.value].data_ptr());
+          break;
+        case kOutput:
+          v = reinterpret_cast<uint64_t>(outs[p.value].data_ptr());
+          break;
+        case kScalar:
+          if (p.storage == kFloat32) {
+            const float f = static_cast<float>(scalars[p.value]);
+            uint32_t bits;
+            std::memcpy(&bits, &f, sizeof bits);
+            v = bits;
+          } else {
+            std::memcpy(&v, &scalars[p.value], sizeof v);
+          }
+          break;
+        case kConstant:
+          v = static_cast<uint64_t>(p.value);
+          break;
+      }
+      values[i] = v;  // little-endian: a narrower parameter reads the low bytes
+      pointers[i] = &values[i];
+      ++i;
+    }
+    at::Tensor scratch_memory;
+    values[i] = 0;
+    if (scratch > 0) {
+      scratch_memory = at::empty({scratch}, options.dtype(at::kByte));
+      values[i] = reinterpret_cast<uint64_t>(scratch_memory.data_ptr());
+    }
+    pointers[i] = &values[i];
+    values[i + 1] = 0;  // no profile scratch memory
+    pointers[i + 1] = &values[i + 1];
+    const c10::Device device = options.device();
+    c10::impl::VirtualGuardImpl guard(device.type());
+    // The driver launches on the current device's context, which must be the kernel's (the
+    // operands'), as torch runs an op on its tensors' device whatever the current one is.
+    c10::OptionalDeviceGuard device_guard;
+    if (guard.getDevice() != device) {
+      device_guard.reset_device(device);
+    }
+    void* stream = guard.getStreamNativeHandle(guard.getStream(device));
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) {
+      return outs;
+    }
+    const int status = driver().launch(function, grid[0], grid[1], grid[2], block, 1, 1, shared,
+                                       stream, pointers, nullptr);
+    TORCH_CHECK(status == 0, "helion_ops native: cuLaunchKernel failed with CUresult ", status);
+    return outs;
+  }
+};
+
+// A backward's launches for one layout of grad_out: each gradient is an output of one of them,
+// possibly transposed back (a column-major operand's gradient, as torch gives it).
+struct Recipe {
+  std::vector<Launch> launches;
+  struct Grad {
+    int launch = -1;  // -1: not needed
+    int output = 0;
+    bool transposed = false;
+  };
+  std::array<Grad, 2> grads;  // mat1's, mat2's
+};
+
+// A key of the operands, as the Python fast path keys them: sizes, strides, dtype, device and
+// 16-byte alignment of each tensor.
+using Key = std::vector<int64_t>;
+
+struct KeyHash {
+  size_t operator()(const Key& key) const {
+    size_t h = key.size();
+    for (int64_t v : key) {
+      h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+  }
+};
+
+struct Entry {
+  bool native = false;  // false: this key stays on the Python path
+  Launch forward;
+  std::mutex mutex;  // recipes are read and made on autograd's device threads
+  std::vector<std::pair<Key, std::shared_ptr<const Recipe>>> recipes;  // null: Python's
+};
+
+// Entries live as long as the process: a graph may outlive a reset of the tables.
+std::vector<std::shared_ptr<Entry>> all_entries;
+std::unordered_map<Key, Entry*, KeyHash> mm_entries;
+std::unordered_map<Key, Entry*, KeyHash> addmm_entries;
+PyObject* python_backward = nullptr;  // helion_ops.native.backward, never released
+
+bool plain_cuda_tensor(PyObject* obj) {
+  if (!THPVariable_Check(obj)) {
+    return false;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  return t.defined() && t.is_cuda() && t.layout() == at::kStrided &&
+         !t.unsafeGetTensorImpl()->is_python_dispatch() && !t.is_nested() &&
+         !t.key_set().has(c10::DispatchKey::FuncTorchGradWrapper) &&
+         !t.key_set().has(c10::DispatchKey::FuncTorchBatched);
+}
+
+void add_to_key(Key& key, const at::Tensor& t) {
+  const int64_t dim = t.dim();
+  key.push_back(dim);
+  for (int64_t d = 0; d < dim; ++d) {
+    key.push_back(t.size(d));
+    key.push_back(t.stride(d));
+  }
+  key.push_back(static_cast<int64_t>(t.scalar_type()));
+  key.push_back(t.get_device());
+  key.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16);
+}
+
+// Why a call cannot take this path now, whatever its key: a CUDA graph capture (whose
+// launches the Python path decides apart) or an active functorch transform. (torch's
+// determinism switch needs nothing: what this path learns are single launches without
+// atomics, which the Python path runs under the switch too.)
+bool python_path_now(const at::Tensor& t) {
+  const auto included = c10::impl::tls_local_dispatch_key_set().included_;
+  if (included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
+      included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode)) {
+    return true;
+  }
+  c10::impl::VirtualGuardImpl guard(t.device().type());
+  void* stream = guard.getStreamNativeHandle(guard.getStream(t.device()));
+  int status = 0;
+  return driver().is_capturing(stream, &status) != 0 || status != 0;
+}
+
+bool column_major(const at::Tensor& t) {
+  return t.stride(0) == 1 && t.stride(1) == t.size(0);
+}
+
+struct ProductFunction : public torch::autograd::Function<ProductFunction> {
+  // beta * bias + alpha * (a @ b); no bias for matmul. (needs_input_grad counts tensor
+  // inputs only: a is the first for matmul, the second for addmm; backward returns one value
+  // per argument.)
+  static at::Tensor forward(AutogradContext* ctx, const std::optional<at::Tensor>& bias,
+                            const at::Tensor& a, const at::Tensor& b, double alpha, double beta,
+                            Entry* entry) {
+    const at::Tensor tensors[3] = {a, b, bias.value_or(at::Tensor())};
+    const double scalars[2] = {alpha, beta};
+    at::Tensor out = entry->forward.run(tensors, scalars)[0];
+    const size_t first = bias.has_value() ? 1 : 0;
+    const bool need_a = ctx->needs_input_grad(first), need_b = ctx->needs_input_grad(first + 1);
+    ctx->save_for_backward({need_b ? a : at::Tensor(), need_a ? b : at::Tensor()});
+    ctx->saved_data["entry"] = reinterpret_cast<int64_t>(entry);
+    ctx->saved_data["alpha"] = alpha;
+    ctx->saved_data["beta"] = beta;
+    ctx->saved_data["columns"] =
+        static_cast<int64_t>(column_major(a)) | static_cast<int64_t>(column_major(b)) << 1;
+    ctx->saved_data["need"] = static_cast<int64_t>(need_a) | static_cast<int64_t>(need_b) << 1;
+    if (bias.has_value()) {
+      ctx->saved_data["bias"] = bias->sizes();
+    }
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor grad_out = grads[0];
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1];
+    auto* entry = reinterpret_cast<Entry*>(ctx->saved_data["entry"].toInt());
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    const double beta = ctx->saved_data["beta"].toDouble();
+    const int64_t columns = ctx->saved_data["columns"].toInt();
+    const int64_t need = ctx->saved_data["need"].toInt();
+    const bool need_a = need & 1, need_b = need & 2;
+    const bool with_bias = ctx->saved_data.count("bias") > 0;
+    variable_list result(6);
+    if (with_bias && ctx->needs_input_grad(0)) {
+      at::Tensor grad_bias = at::sum_to(grad_out, ctx->saved_data["bias"].toIntVector());
+      result[0] = beta != 1 ? grad_bias * beta : grad_bias;
+    }
+    if (!need_a && !need_b) {
+      return result;
+    }
+    std::shared_ptr<const Recipe> recipe;
+    Key key;
+    // A double backward (autograd records this backward) takes Python's differentiable path.
+    // So do a capture and a functorch transform, as in the forward.
+    const bool replayable = !torch::autograd::GradMode::is_enabled() &&
+                            grad_out.layout() == at::kStrided &&
+                            !grad_out.unsafeGetTensorImpl()->is_python_dispatch() &&
+                            !python_path_now(grad_out);
+    if (replayable) {
+      key = {need_a, need_b, grad_out.stride(0), grad_out.stride(1),
+             static_cast<int64_t>(reinterpret_cast<uintptr_t>(grad_out.data_ptr()) % 16)};
+      std::lock_guard<std::mutex> lock(entry->mutex);
+      for (const auto& [k, r] : entry->recipes) {
+        if (k == key) {
+          if (r == nullptr) {
+            key.clear();  // known: Python's
+          }
+          recipe = r;
+          break;
+        }
+      }
+    }
+    if (recipe != nullptr) {
+      const at::Tensor tensors[3] = {grad_out, a, b};
+      const double scalars[2] = {alpha, beta};
+      std::vector<std::vector<at::Tensor>> outs;
+      outs.reserve(recipe->launches.size());
+      for (const Launch& launch : recipe->launches) {
+        outs.push_back(launch.run(tensors, scalars));
+      }
+      for (int i = 0; i < 2; ++i) {
+        const Recipe::Grad& g = recipe->grads[i];
+        if (g.launch >= 0) {
+          const at::Tensor& t = outs[g.launch][g.output];
+          result[1 + i] = g.transposed ? t.t() : t;
+        }
+      }
+      return result;
+    }
+    py::gil_scoped_acquire gil;
+    py::tuple answer = py::reinterpret_borrow<py::object>(python_backward)(grad_out, a, b, need_a, need_b, alpha,
+                                       static_cast<bool>(columns & 1),
+                                       static_cast<bool>(columns & 2), replayable && !key.empty());
+    if (!answer[0].is_none()) {
+      result[1] = THPVariable_Unpack(answer[0].ptr());
+    }
+    if (!answer[1].is_none()) {
+      result[2] = THPVariable_Unpack(answer[1].ptr());
+    }
+    // The recipe; None: Python's for good; False: record again next time (this backward
+    // compiled a kernel, whose first launch was no plan's).
+    if (replayable && !key.empty() && !py::isinstance<py::bool_>(answer[2])) {
+      std::shared_ptr<const Recipe> made;
+      if (!answer[2].is_none()) {
+        made = std::make_shared<const Recipe>(answer[2].cast<Recipe>());
+      }
+      std::lock_guard<std::mutex> lock(entry->mutex);
+      entry->recipes.emplace_back(std::move(key), std::move(made));
+    }
+    return result;
+  }
+};
+
+// Each call's answer: a tensor, None where the key is new (the caller runs the Python path and
+// then teaches it), or False where the Python path must run and there is nothing to learn.
+py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* bias_obj,
+                   PyObject* a_obj, PyObject* b_obj, double alpha, double beta) {
+  const bool with_bias = bias_obj != nullptr;
+  if (!plain_cuda_tensor(a_obj) || !plain_cuda_tensor(b_obj) ||
+      (with_bias && !plain_cuda_tensor(bias_obj))) {
+    return py::bool_(false);
+  }
+  const at::Tensor& a = THPVariable_Unpack(a_obj);
+  const at::Tensor& b = THPVariable_Unpack(b_obj);
+  const at::Tensor bias = with_bias ? THPVariable_Unpack(bias_obj) : at::Tensor();
+  if (python_path_now(a)) {
+    return py::bool_(false);
+  }
+  Key key;
+  key.reserve(24);
+  add_to_key(key, a);
+  add_to_key(key, b);
+  if (with_bias) {
+    add_to_key(key, bias);
+  }
+  const auto found = entries.find(key);
+  if (found == entries.end()) {
+    return py::none();
+  }
+  Entry* entry = found->second;
+  if (!entry->native) {
+    return py::bool_(false);
+  }
+  const bool grad = torch::autograd::GradMode::is_enabled() &&
+                    (a.requires_grad() || b.requires_grad() || (with_bias && bias.requires_grad()));
+  if (!grad) {
+    const at::Tensor tensors[3] = {a, b, bias};
+    const double scalars[2] = {alpha, beta};
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(entry->forward.run(tensors, scalars)[0]));
+  }
+  const std::optional<at::Tensor> maybe_bias =
+      with_bias ? std::optional<at::Tensor>(bias) : std::nullopt;
+  return py::reinterpret_steal<py::object>(
+      THPVariable_Wrap(ProductFunction::apply(maybe_bias, a, b, alpha, beta, entry)));
+}
+
+Key key_of(const std::vector<at::Tensor>& tensors) {
+  Key key;
+  for (const auto& t : tensors) {
+    add_to_key(key, t);
+  }
+  return key;
+}
+
+void learn(std::unordered_map<Key, Entry*, KeyHash>& entries, const std::vector<at::Tensor>& tensors,
+           const py::object& forward) {
+  auto entry = std::make_shared<Entry>();
+  if (!forward.is_none()) {
+    entry->native = true;
+    entry->forward = forward.cast<Launch>();
+  }
+  all_entries.push_back(entry);
+  entries[key_of(tensors)] = entry.get();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<Launch>(m, "Launch")
+      .def(py::init([](uint64_t function, std::array<unsigned, 3> grid, unsigned block,
+                       unsigned shared, int64_t scratch,
+                       const std::vector<std::tuple<int, int, int64_t>>& params,
+                       const std::vector<std::array<int64_t, 2>>& outputs) {
+        Launch l;
+        l.function = reinterpret_cast<void*>(function);
+        l.grid = grid;
+        l.block = block;
+        l.shared = shared;
+        l.scratch = scratch;
+        for (const auto& [source, storage, value] : params) {
+          l.params.push_back({static_cast<Source>(source), static_cast<Storage>(storage), value});
+        }
+        l.outputs = outputs;
+        return l;
+      }));
+  py::class_<Recipe>(m, "Recipe")
+      .def(py::init([](std::vector<Launch> launches,
+                       const std::vector<std::tuple<int, int, bool>>& grads) {
+        Recipe r;
+        r.launches = std::move(launches);
+        for (size_t i = 0; i < 2; ++i) {
+          const auto& [launch, output, transposed] = grads.at(i);
+          r.grads[i] = {launch, output, transposed};
+        }
+        return r;
+      }));
+  m.def("matmul", [](py::handle a, py::handle b) {
+    return product(mm_entries, nullptr, a.ptr(), b.ptr(), 1.0, 0.0);
+  });
+  m.def("addmm", [](py::handle bias, py::handle a, py::handle b, double alpha, double beta) {
+    if (alpha == 0 || beta == 0) {  // torch's semantics (no product, no bias) are Python's
+      return py::object(py::bool_(false));
+    }
+    return product(addmm_entries, bias.ptr(), a.ptr(), b.ptr(), alpha, beta);
+  });
+  m.def("learn_matmul", [](const at::Tensor& a, const at::Tensor& b, py::object forward) {
+    learn(mm_entries, {a, b}, forward);
+  });
+  m.def("learn_addmm",
+        [](const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, py::object forward) {
+          learn(addmm_entries, {a, b, bias}, forward);
+        });
+  m.def("set_backward", [](py::object fn) { python_backward = fn.release().ptr(); });
+  m.def("reset", [] {
+    mm_entries.clear();
+    addmm_entries.clear();
+  });
+  m.def("entries", [] { return mm_entries.size() + addmm_entries.size(); });
+}

@@ -1,0 +1,250 @@
+"""The eager fast path in C++ (``csrc/native.cpp``): built on first use, taught by the Python path.
+
+A Python autograd Function costs host time torch's mm does not, and most of it in the
+backward, which autograd runs on its device thread (NOTES 72). ``csrc/native.cpp`` replays a
+specialization the Python path has already run: a C++ autograd Function whose forward and
+backward launch the compiled Triton kernels through the CUDA driver, with the arguments that
+the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
+
+- The extension is built with ``torch.utils.cpp_extension`` in a background thread when the
+  first CUDA call arrives (about 40 s on two cores, once: torch caches the build); calls take
+  the Python path until it is loaded. ``wait()`` blocks until then (benchmarks call it before
+  timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build warns once and leaves it off.
+- After the Python path has run a new key (operands' sizes, strides, dtype, device and
+  16-byte alignment), ``learn_matmul``/``learn_addmm`` hand the extension that key's forward
+  plan, or nothing where the key is not one plain launch (a split, a copy of unaligned
+  operands, fp32), which keeps it on the Python path.
+- The first backward of each layout of grad_out runs the Python backward (``backward``) with
+  its launches recorded; where each gradient is the output of a recorded plan whose operands
+  are grad_out and the saved operands, those launches become the key's recipe, which later
+  backwards replay.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from helion_ops import plans
+
+module: Any = None  # the loaded extension, once built
+started = False
+_built = threading.Event()
+
+# Where a kernel parameter comes from and how it is stored (``Source``/``Storage`` in C++).
+_TENSOR, _OUTPUT, _SCALAR, _CONSTANT = range(4)
+_BITS, _FLOAT32, _FLOAT64 = range(3)
+_INT_BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
+_INT_BITS.update({"u1": 1, "u8": 8, "u16": 16, "u32": 32, "u64": 64})
+
+
+def start(t: object) -> None:
+    """Build and load the extension in the background, once, for a call on a CUDA tensor."""
+    global started
+    if started or not (isinstance(t, torch.Tensor) and t.is_cuda):
+        return
+    started = True
+    if os.environ.get("HELION_OPS_NATIVE", "1") == "0":
+        _built.set()
+        return
+    threading.Thread(target=_build, name="helion_ops native build", daemon=True).start()
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait for a build that ``start`` began; whether the extension is loaded."""
+    if started:
+        _built.wait(timeout)
+    return module is not None
+
+
+def _build() -> None:
+    global module
+    try:
+        from torch.utils.cpp_extension import load
+
+        built = load(
+            name="helion_ops_native",
+            sources=[str(Path(__file__).parent / "csrc" / "native.cpp")],
+            extra_cflags=["-O2"],
+        )
+        built.set_backward(backward)
+        module = built
+    except Exception as error:  # no compiler, no headers: the Python path serves every call
+        warnings.warn(f"helion_ops: the C++ fast path did not build ({error})", stacklevel=1)
+    finally:
+        _built.set()
+
+
+def reset() -> None:
+    """Forget every key (``helion_ops.kernel.reset``)."""
+    if module is not None:
+        module.reset()
+
+
+def learn_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> None:
+    """Teach the extension the key of operands the Python path has just multiplied."""
+    from helion_ops import kernel
+
+    plan = kernel.fast_mm_plan(mat1, mat2)
+    launch = plan and launch_of(plan, (0, 1), (kernel.scaled(1.0),))
+    module.learn_matmul(mat1, mat2, launch)
+
+
+def learn_addmm(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> None:
+    """``learn_matmul`` for addmm (the extension takes alpha and beta per call)."""
+    from helion_ops import kernel
+
+    plan = kernel.fast_addmm_plan(bias, mat1, mat2)
+    epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
+    launch = plan and launch_of(plan, (0, 1), (epilogue,))
+    module.learn_addmm(bias, mat1, mat2, launch)
+
+
+# The values an epilogue captures (``kernel.scaled``, ``kernel.scaled_plus_bias``), by name:
+# the call's scalar (alpha 0, beta 1) or tensor (the forward's bias, its third).
+_CAPTURED = {"alpha": (_SCALAR, 0), "beta": (_SCALAR, 1), "bias_mn": (_TENSOR, 2)}
+
+
+def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tuple) -> Any:
+    """The extension's ``Launch`` of ``plan``, or None where it cannot make one.
+
+    ``operands``: for each of the plan's operand tensors, the index of the call's tensor it is
+    (the forward's a, b, bias; the backward's grad_out, mat1, mat2); ``epilogues``: the
+    epilogue functions of the plan's call, whose captured values' names say where each comes
+    from (``_CAPTURED``)."""
+    compiled = plan.compiled or plan._find_compiled()
+    direct = plan.direct
+    if compiled is None or direct is None or not plan.like_first or any(direct.flags):
+        return None
+    num_warps, num_ctas, shared = compiled.packed_metadata
+    signature = list(compiled.src.signature.values())
+    if num_ctas != 1 or direct.align > 256 or len(signature) != len(plan.sources):
+        return None
+    captured = [name for f in epilogues for name in f.__code__.co_freevars]
+    n_args = plan.operands + len(plan.epilogues)
+    n_outputs = len(plan.shapes)
+    params = []
+    for ty, source in zip(signature, plan.sources, strict=True):
+        if ty == "constexpr":
+            continue
+        pointer = ty.startswith("*")
+        if source < plan.operands:
+            param = (_TENSOR, _BITS, operands[source]) if pointer else None
+        elif source < n_args:
+            param = None  # an epilogue itself
+        elif source < n_args + len(captured):
+            kind, index = _CAPTURED.get(captured[source - n_args], (None, 0))
+            if kind == _TENSOR and pointer:
+                param = (_TENSOR, _BITS, index)
+            elif kind == _SCALAR and ty in ("fp32", "fp64"):
+                param = (_SCALAR, _FLOAT32 if ty == "fp32" else _FLOAT64, index)
+            else:
+                param = None
+        elif source < n_args + len(captured) + n_outputs:
+            param = (_OUTPUT, _BITS, source - n_args - len(captured)) if pointer else None
+        else:
+            bits = _bits(ty, plan.constants[source - n_args - len(captured) - n_outputs])
+            param = None if bits is None else (_CONSTANT, _BITS, bits)
+        if param is None:
+            return None
+        params.append(param)
+    return module.Launch(
+        compiled.function, plan.grid, 32 * num_warps, shared, direct.scratch, params, plan.shapes
+    )
+
+
+def _bits(ty: str, value: object) -> int | None:
+    """A constant parameter as the bits of a signed 64-bit integer, or None where its type is
+    not an integer or float scalar."""
+    if ty in _INT_BITS and isinstance(value, (bool, int)):
+        bits = int(value) & ((1 << _INT_BITS[ty]) - 1)
+    elif ty == "fp32" and isinstance(value, (int, float)):
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    elif ty == "fp64" and isinstance(value, (int, float)):
+        bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+    else:
+        return None
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
+
+
+def backward(
+    grad_out: torch.Tensor,
+    mat1: torch.Tensor | None,
+    mat2: torch.Tensor | None,
+    need1: bool,
+    need2: bool,
+    alpha: float,
+    column1: bool,
+    column2: bool,
+    record: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, Any]:
+    """The gradients of mat1 and mat2 (those needed) through the Python backward, and, where
+    ``record``, the recipe that replays its launches: None where they cannot be replayed,
+    False where this backward compiled a kernel (whose first launch is not a plan's: the
+    next backward records again)."""
+    from helion_ops import autograd, kernel, ops
+
+    mm, mm_pair = autograd._backward_products()
+    needs, columns = (need1, need2), (column1, column2)
+    if not record:
+        grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
+        return (*grads, None)
+    launches: list[tuple[plans.LaunchPlan, tuple, list]] = []
+    compiled = len(kernel._compiled)
+    plans.recording = (threading.get_ident(), launches)
+    try:
+        grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
+    finally:
+        plans.recording = None
+    if len(kernel._compiled) != compiled:
+        return (*grads, False)
+    return (*grads, _recipe(launches, (grad_out, mat1, mat2), grads))
+
+
+def _recipe(
+    launches: list[tuple[plans.LaunchPlan, tuple, list]],
+    tensors: tuple[torch.Tensor | None, ...],
+    grads: tuple[torch.Tensor | None, ...],
+) -> Any:
+    """The recorded launches as the extension's ``Recipe``, or None where they are not all
+    plans on views of ``tensors`` (distinct memory each) whose outputs are the ``grads``."""
+    addresses = [t.data_ptr() if t is not None else None for t in tensors]
+    present = [a for a in addresses if a is not None]
+    if len(set(present)) != len(present):
+        return None
+    made, outputs = [], {}
+    for plan, args, outs in launches:
+        operands = []
+        for t in args[: plan.operands]:
+            if t.data_ptr() not in present:
+                return None  # a copy (staged operands) or another tensor
+            operands.append(addresses.index(t.data_ptr()))
+        epilogues = tuple(args[i] for i in plan.epilogues)
+        launch = launch_of(plan, tuple(operands), epilogues)
+        if launch is None:
+            return None
+        for j, out in enumerate(outs):
+            outputs[out.data_ptr()] = (len(made), j, out)
+        made.append(launch)
+    specs = []
+    for grad in grads:
+        if grad is None:
+            specs.append((-1, 0, False))
+            continue
+        found = outputs.get(grad.data_ptr())
+        if found is None:
+            return None
+        index, j, out = found
+        if grad.shape == out.shape and grad.stride() == out.stride():
+            specs.append((index, j, False))
+        elif grad.shape == out.T.shape and grad.stride() == out.T.stride():
+            specs.append((index, j, True))
+        else:
+            return None
+    return module.Recipe(made, specs)
