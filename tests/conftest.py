@@ -80,6 +80,28 @@ def poison_uninitialized_memory(monkeypatch):
     torch.use_deterministic_algorithms(was, warn_only=True)
 
 
+def capture(fn):
+    """``fn()`` captured into a CUDA graph on a side stream: (the graph, fn's output)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, out
+
+
+@pytest.fixture
+def python_path_only(monkeypatch):
+    """helion_ops' C++ fast path off (``helion_ops.native``): for tests that patch the Python
+    path (a Function's backward, a faked capture) and need every call to go through it."""
+    from helion_ops import native
+
+    monkeypatch.setattr(native, "module", None)
+    monkeypatch.setattr(native, "started", True)
+
+
 _cpu_mm_dtype_lib = None
 
 

@@ -10,7 +10,7 @@ import helion
 import pytest
 import torch
 import triton
-from conftest import DTYPES
+from conftest import DTYPES, capture
 from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
@@ -209,13 +209,7 @@ def test_a_capture_splits_what_eager_calls_run_plain(monkeypatch):
     )
     helion_ops.matmul(a, b)
     assert runs == []
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = helion_ops.matmul(a, b)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured = capture(lambda: helion_ops.matmul(a, b))
     graph.replay()
     torch.cuda.synchronize()
     assert set(kernel._compiled) == compiled and runs == [1]

@@ -546,7 +546,7 @@ def test_deterministic_algorithms_keep_products_off_atomics(monkeypatch):
     assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
 
 
-def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch):
+def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch, python_path_only):
     """A product the model splits only under a CUDA graph capture (``LastWaveSplit.eager``
     False): eager calls return the plain kernel's result, through a fast-path entry that
     captures do not read; the first also compiles the split, which the capture then runs

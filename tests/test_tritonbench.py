@@ -374,7 +374,9 @@ def _doubled_grad(function: type, index: int):
     [("gemm", MatMulFunction, 0), ("addmm", AddMMFunction, 0)],
     ids=["gemm-grad-of-a", "addmm-grad-of-bias"],
 )
-def test_wrong_gradient_scores_zero(harness, tmp_path, monkeypatch, op, function, index):
+def test_wrong_gradient_scores_zero(
+    harness, tmp_path, monkeypatch, python_path_only, op, function, index
+):
     if op not in tritonbench_plugin.register():
         pytest.skip("tritonbench's addmm does not import (generative-recommenders submodule)")
     monkeypatch.setattr(function, "backward", _doubled_grad(function, index))
@@ -405,7 +407,9 @@ def test_run_bench_writes_stamped_files(harness, tmp_path):
 
 
 @needs_tritonbench
-def test_run_bench_ci_fails_on_a_wrong_gradient(harness, tmp_path, monkeypatch, capsys):
+def test_run_bench_ci_fails_on_a_wrong_gradient(
+    harness, tmp_path, monkeypatch, capsys, python_path_only
+):
     monkeypatch.setattr(MatMulFunction, "backward", _doubled_grad(MatMulFunction, 1))
     assert main(bench_argv("bwd", tmp_path)) == 1
     assert "helion_matmul_tritonbench accuracy 0.0" in capsys.readouterr().err

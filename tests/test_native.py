@@ -1,0 +1,226 @@
+"""The C++ fast path (``helion_ops.native``): what it replays equals what the Python path computes.
+
+Each GPU test runs a key three times: the first call takes the Python path and teaches the
+extension, the second takes the C++ forward and the Python backward (which records its
+launches), the third replays both in C++; every result against float64 and torch's own. (The
+outputs the extension allocates are NaN-poisoned too: conftest's determinism switch fills
+at::empty's memory.)"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from conftest import HAS_CUDA, capture
+from reference import assert_matches
+
+import helion_ops
+from helion_ops import kernel, native
+
+needs_cuda = pytest.mark.cuda
+
+
+@pytest.fixture
+def extension(monkeypatch):
+    """The built extension, its keys forgotten before and after, and a count of the Python
+    backwards it falls back to. (Without a GPU, loaded for this test only.)"""
+    if HAS_CUDA:
+        native.start(torch.empty(1, device="cuda"))
+        assert native.wait(600), "the extension did not build"
+    else:
+        monkeypatch.setattr(native, "module", native.module)
+        native._build()
+    module = native.module
+    assert module is not None
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return native.backward(*args)
+
+    module.reset()
+    module.set_backward(counted)
+    yield module, calls
+    module.set_backward(native.backward)
+    module.reset()
+
+
+def test_bits_of_constants():
+    assert native._bits("i32", -1) == 0xFFFFFFFF
+    assert native._bits("i64", -1) == -1
+    assert native._bits("i1", True) == 1
+    assert native._bits("fp32", 1.0) == 0x3F800000
+    assert native._bits("fp64", -2.0) == -(1 << 62)  # 0xC000000000000000 as a signed int64
+    assert native._bits("nvTmaDesc", 1) is None
+
+
+@pytest.mark.skipif(
+    not HAS_CUDA and shutil.which("c++") is None, reason="no C++ compiler to build it with"
+)
+def test_builds_and_leaves_cpu_tensors_to_python(extension):
+    module, _ = extension
+    a = torch.randn(4, 4)
+    assert module.matmul(a, a) is False
+    assert module.addmm(a, a, a, 1.0, 1.0) is False
+    assert module.matmul(a, "not a tensor") is False
+    assert module.entries() == 0
+
+
+def _layout(t: torch.Tensor, column_major: bool) -> torch.Tensor:
+    return t.T.contiguous().T if column_major else t
+
+
+def _leaves(shapes, dtype, columns):
+    return [
+        _layout(torch.randn(s, device="cuda", dtype=dtype), c).requires_grad_()
+        for s, c in zip(shapes, columns, strict=True)
+    ]
+
+
+def _check(name, ours, inputs, fn64, fn_torch, grad_out, needs):
+    ref_inputs = [t.detach().double().requires_grad_(n) for t, n in zip(inputs, needs, strict=True)]
+    torch_inputs = [
+        t.detach().clone().requires_grad_(n) for t, n in zip(inputs, needs, strict=True)
+    ]
+    ref, theirs = fn64(*ref_inputs), fn_torch(*torch_inputs)
+    assert_matches(f"{name} output", ours, theirs, ref)
+    ref.backward(grad_out.double())
+    theirs.backward(grad_out)
+    ours.backward(grad_out)
+    for i, (t, r, th) in enumerate(zip(inputs, ref_inputs, torch_inputs, strict=True)):
+        if needs[i]:
+            assert_matches(f"{name} grad of input {i}", t.grad, th.grad, r.grad)
+            if t.dim() == 2 and min(t.shape) > 1:  # in its operand's layout, as torch's
+                assert t.grad.stride() == t.stride(), f"{name}: grad {i} copied"
+            t.grad = None
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("columns", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("m,n,k", [(384, 320, 256), (1000, 520, 264)], ids=str)
+def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
+    _, calls = extension
+    a, b = _leaves([(m, k), (k, n)], dtype, columns)
+    for t, need in zip((a, b), needs, strict=True):
+        t.requires_grad_(need)
+    grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
+    for call in range(3):
+        out = helion_ops.matmul(a, b)
+        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0), out.grad_fn.name()
+        _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, needs)
+    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    with torch.no_grad():
+        assert_matches("no grad", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
+
+
+@needs_cuda
+def test_a_backward_that_compiles_is_recorded_again(extension):
+    """A key learned without grad: its first backward compiles the backward's kernels (a
+    launch no plan makes), so the next one records, and the third replays."""
+    _, calls = extension
+    kernel.reset()
+    a, b = _leaves([(384, 256), (256, 320)], torch.bfloat16, (False, False))
+    grad_out = torch.randn(384, 320, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(2):
+            helion_ops.matmul(a, b)
+    for call in range(3):
+        out = helion_ops.matmul(a, b)
+        assert "ProductFunction" in out.grad_fn.name()
+        _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, (True, True))
+    assert len(calls) == 2
+
+
+BIASES = {"mn": lambda m, n: (m, n), "n": lambda m, n: (n,), "1n": lambda m, n: (1, n),
+          "m1": lambda m, n: (m, 1), "1": lambda m, n: (1,), "scalar": lambda m, n: ()}  # fmt: skip
+
+
+@needs_cuda
+@pytest.mark.parametrize("bias", list(BIASES))
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (1.5, 0.5), (-2, 3)])
+def test_addmm_replayed(extension, bias, alpha, beta):
+    _, calls = extension
+    m, n, k, dtype = 520, 384, 264, torch.bfloat16
+    bias_t = torch.randn(BIASES[bias](m, n), device="cuda", dtype=dtype).requires_grad_()
+    a, b = _leaves([(m, k), (k, n)], dtype, (False, True))
+    grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
+
+    def theirs(c, x, y):
+        return torch.addmm(c, x, y, alpha=alpha, beta=beta)
+
+    for call in range(3):
+        out = helion_ops.addmm(bias_t, a, b, alpha=alpha, beta=beta)
+        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+        _check(f"call {call}", out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
+    assert len(calls) == 1
+
+
+@needs_cuda
+def test_addmm_beta_zero_and_alpha_zero_stay_with_torch_semantics(extension):
+    m, n, k, dtype = 256, 256, 128, torch.bfloat16
+    a, b = (torch.randn(s, device="cuda", dtype=dtype) for s in ((m, k), (k, n)))
+    bias = torch.randn(m, n, device="cuda", dtype=dtype)
+    for _ in range(2):
+        helion_ops.addmm(bias, a, b)
+    nan_bias = torch.full_like(bias, float("nan"))
+    torch.testing.assert_close(helion_ops.addmm(nan_bias, a, b, beta=0), a @ b)
+    a_inf = a.clone()
+    a_inf[0, 0] = float("inf")
+    out = helion_ops.addmm(bias, a_inf, b, alpha=0)
+    assert torch.equal(out, bias)
+
+
+@needs_cuda
+def test_a_changed_key_is_not_replayed(extension):
+    """Operands that differ from a learned key in layout, alignment, size or dtype."""
+    module, _ = extension
+    a = torch.randn(512, 264, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(264, 384, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        helion_ops.matmul(a, b)
+    learned = module.entries()
+    storage = torch.randn(513 * 264 + 8, device="cuda", dtype=torch.bfloat16)
+    others = [
+        (a.T.contiguous().T, b),
+        (storage[1 : 1 + 512 * 264].view(512, 264), b),  # 2 bytes off 16
+        (a[:500], b),
+        (a.half(), b.half()),
+    ]
+    for x, y in others:
+        for _ in range(2):
+            ref = x.double() @ y.double()
+            assert_matches("changed key", helion_ops.matmul(x, y), x @ y, ref)
+    assert module.entries() == learned + len(others)
+
+
+@needs_cuda
+def test_double_backward_and_capture_take_the_python_path(extension):
+    _, calls = extension
+    a, b = _leaves([(256, 128), (128, 192)], torch.float16, (False, False))
+    for _ in range(2):
+        helion_ops.matmul(a, b).sum().backward()
+    a.grad = b.grad = None
+    out = helion_ops.matmul(a, b)
+    assert "ProductFunction" in out.grad_fn.name()
+    (ga,) = torch.autograd.grad(out.square().sum(), a, create_graph=True)
+    ga.sum().backward()  # a gradient penalty's second backward, through Python's path
+    grads = {}
+    for name, dtype in (("torch", a.dtype), ("ref", torch.float64)):
+        a2, b2 = (t.detach().to(dtype).requires_grad_() for t in (a, b))
+        (g,) = torch.autograd.grad((a2 @ b2).square().sum(), a2, create_graph=True)
+        g.sum().backward()
+        grads[name] = b2.grad
+    assert_matches("grad of mat2 through a double backward", b.grad, grads["torch"], grads["ref"])
+    # The recording backward; the double backward's first pass (create_graph); its second,
+    # which reaches the forward's node again with a grad_out of another layout (recorded).
+    assert len(calls) == 3
+
+    x, y = a.detach(), b.detach()
+    graph, captured = capture(lambda: helion_ops.matmul(x, y))
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matches("captured", captured, x @ y, x.double() @ y.double())
