@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import triton
 
 from helion_ops import plans
 
@@ -42,6 +43,10 @@ _TENSOR, _OUTPUT, _SCALAR, _CONSTANT = range(4)
 _BITS, _FLOAT32, _FLOAT64 = range(3)
 _INT_BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 _INT_BITS.update({"u1": 1, "u8": 8, "u16": 16, "u32": 32, "u64": 64})
+# The kernel parameters csrc/native.cpp passes are laid out as Triton 3.6's launcher lays them
+# out (the non-constexpr arguments, then the global and the profile scratch pointers); other
+# versions keep their own launcher (the Python path).
+_KNOWN_LAYOUT = triton.__version__.startswith("3.6.")
 
 
 def start(t: object) -> None:
@@ -120,7 +125,9 @@ def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tupl
     from (``_CAPTURED``)."""
     compiled = plan.compiled or plan._find_compiled()
     direct = plan.direct
-    if compiled is None or direct is None or not plan.like_first or any(direct.flags):
+    if not _KNOWN_LAYOUT or compiled is None or direct is None or not plan.like_first:
+        return None
+    if any(direct.flags):  # a cooperative grid or programmatic dependent launch
         return None
     num_warps, num_ctas, shared = compiled.packed_metadata
     signature = list(compiled.src.signature.values())
