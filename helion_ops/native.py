@@ -6,10 +6,11 @@ specialization the Python path has already run: a C++ autograd Function whose fo
 backward launch the compiled Triton kernels through the CUDA driver, with the arguments that
 the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
 
-- The extension is built with ``torch.utils.cpp_extension`` in a background thread when the
-  first CUDA call arrives (about 40 s on two cores, once: torch caches the build); calls take
-  the Python path until it is loaded. ``wait()`` blocks until then (benchmarks call it before
-  timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build warns once and leaves it off.
+- The extension is built with ``torch.utils.cpp_extension`` when the first CUDA call arrives,
+  in a process of its own that a background thread starts (30-55 s, once: torch caches the
+  build); calls take the Python path until it is loaded. ``wait()`` blocks until then
+  (benchmarks call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build
+  warns once and leaves it off.
 - After the Python path has run a new key (operands' sizes, strides, dtype, device and
   16-byte alignment), ``learn_matmul``/``learn_addmm`` hand the extension that key's forward
   plan, or nothing where the key is not one plain launch (a split, a copy of unaligned
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -61,29 +64,53 @@ def start(t: object) -> None:
     threading.Thread(target=_build, name="helion_ops native build", daemon=True).start()
 
 
-def wait(timeout: float | None = None) -> bool:
+def wait(timeout: float | None = 600) -> bool:
     """Wait for a build that ``start`` began; whether the extension is loaded."""
-    if started:
-        _built.wait(timeout)
+    if started and not _built.wait(timeout):
+        warnings.warn("helion_ops: the C++ fast path is still building", stacklevel=2)
     return module is not None
 
 
 def _build() -> None:
     global module
     try:
-        from torch.utils.cpp_extension import load
-
-        built = load(
-            name="helion_ops_native",
-            sources=[str(Path(__file__).parent / "csrc" / "native.cpp")],
-            extra_cflags=["-O2"],
+        # The compile runs in a process of its own session: a program that ends or is
+        # interrupted mid-build must not leave torch's build lock behind (every later build
+        # would wait for it forever). Loading the finished build here takes a second.
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import torch.utils.cpp_extension as e; e.load(**{_EXTENSION!r})",
+            ],
+            start_new_session=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
+        built = _load()
         built.set_backward(backward)
         module = built
     except Exception as error:  # no compiler, no headers: the Python path serves every call
-        warnings.warn(f"helion_ops: the C++ fast path did not build ({error})", stacklevel=1)
+        detail = getattr(error, "stderr", None) or error
+        warnings.warn(f"helion_ops: the C++ fast path did not build ({detail})", stacklevel=1)
     finally:
         _built.set()
+
+
+# torch.utils.cpp_extension.load's arguments: a build where torch's cache has none of this
+# source, then the import.
+_EXTENSION = {
+    "name": "helion_ops_native",
+    "sources": [str(Path(__file__).parent / "csrc" / "native.cpp")],
+    "extra_cflags": ["-O2"],
+}
+
+
+def _load() -> Any:
+    from torch.utils.cpp_extension import load
+
+    return load(**_EXTENSION)
 
 
 def reset() -> None:
