@@ -9,6 +9,7 @@ at::empty's memory.)"""
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -65,6 +66,106 @@ def test_builds_and_leaves_cpu_tensors_to_python(extension):
     assert module.addmm(a, a, a, 1.0, 1.0) is False
     assert module.matmul(a, "not a tensor") is False
     assert module.entries() == 0
+
+
+class FakeModule:
+    """Stands in for the extension: its constructors return what they were given."""
+
+    @staticmethod
+    def Launch(*args):
+        return ("Launch", *args)
+
+    @staticmethod
+    def Recipe(launches, grads):
+        return ("Recipe", launches, grads)
+
+
+def fake_plan(operands=2, sources=(0, 1, 3, 4, 5, 6), signature=None, constants=(64, 300)):
+    """A LaunchPlan as launch_of reads it: x @ y with an epilogue capturing alpha, launch
+    values laid out as (x, y, epilogue, alpha, out, BLOCK, n)."""
+    signature = signature or {
+        "x": "*bf16", "y": "*bf16", "alpha": "fp32", "out": "*bf16", "BLOCK": "constexpr",
+        "n": "i32",
+    }  # fmt: skip
+    compiled = SimpleNamespace(
+        packed_metadata=(4, 1, 1024), src=SimpleNamespace(signature=signature), function=77
+    )
+    return SimpleNamespace(
+        compiled=compiled,
+        direct=SimpleNamespace(flags=(False, False), align=128, scratch=512),
+        like_first=True,
+        operands=operands,
+        epilogues=(operands,),
+        sources=sources,
+        constants=constants,
+        shapes=((6, 5),),
+        grid=(3, 1, 1),
+    )
+
+
+@pytest.fixture
+def fake_extension(monkeypatch):
+    monkeypatch.setattr(native, "module", FakeModule)
+    monkeypatch.setattr(native, "_KNOWN_LAYOUT", True)
+
+
+def scaled(alpha):
+    return lambda acc, tile: alpha * acc
+
+
+def test_launch_of_lays_out_each_parameter(fake_extension):
+    launch = native.launch_of(fake_plan(), (2, 0), (scaled(2.0),))
+    tensor, output, scalar, constant = native._TENSOR, native._OUTPUT, native._SCALAR, 3
+    assert launch == (
+        "Launch", 77, (3, 1, 1), 128, 1024, 512,
+        [(tensor, 0, 2), (tensor, 0, 0), (scalar, native._FLOAT32, 0), (output, 0, 0),
+         (constant, 0, 300)],
+        ((6, 5),),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["epilogue as a parameter", "unknown capture", "pointer constant", "layout", "flags"],
+)
+def test_launch_of_refuses_what_it_cannot_replay(fake_extension, monkeypatch, change):
+    plan, epilogues = fake_plan(), (scaled(2.0),)
+    if change == "epilogue as a parameter":
+        plan.sources = (0, 2, 3, 4, 5, 6)
+    elif change == "unknown capture":
+        epilogues = ((lambda gamma: lambda acc, tile: gamma * acc)(2.0),)
+    elif change == "pointer constant":
+        plan.compiled.src.signature = dict(plan.compiled.src.signature, n="*i32")
+    elif change == "layout":
+        monkeypatch.setattr(native, "_KNOWN_LAYOUT", False)
+    else:
+        plan.direct.flags = (True, False)
+    assert native.launch_of(plan, (0, 1), epilogues) is None
+
+
+def test_recipe_maps_operands_and_gradients(fake_extension):
+    grad_out, mat1, mat2 = (torch.randn(6, 5), torch.randn(6, 4), torch.randn(4, 5))
+    out1, out2 = torch.randn(5, 4), torch.randn(4, 5)  # grad of mat1 transposed, of mat2
+    pointer = "*bf16"
+    signature = {"x1": pointer, "y1": pointer, "x2": pointer, "y2": pointer, "alpha1": "fp32",
+                 "alpha2": "fp32", "out1": pointer, "out2": pointer, "BLOCK": "constexpr",
+                 "n": "i32"}  # fmt: skip
+    # Launch values: (x1, y1, x2, y2, epilogue1, epilogue2, alpha1, alpha2, out1, out2, BLOCK, n)
+    pair = fake_plan(4, (0, 1, 2, 3, 6, 7, 8, 9, 10, 11), signature)
+    pair.epilogues, pair.shapes = (4, 5), ((5, 4), (4, 5))
+    args = (mat2, grad_out.T, mat1.T, grad_out, scaled(1.0), scaled(1.0))
+    recipe = native._recipe([(pair, args, [out1, out2])], (grad_out, mat1, mat2), (out1.T, out2))
+    launch = recipe[1][0]
+    # mat2, grad_out (as grad_out.T), mat1 (as mat1.T), grad_out: by address.
+    assert [p[2] for p in launch[6][:4]] == [2, 0, 1, 0]
+    assert recipe[2] == [(0, 0, True), (0, 1, False)]
+    # A copy of an operand (staged), shared memory, or a gradient no launch made: no recipe.
+    staged = (mat2.clone(), *args[1:])
+    assert native._recipe([(pair, staged, [out1, out2])], (grad_out, mat1, mat2), (out2,)) is None
+    same = (grad_out, mat1, mat1)
+    assert native._recipe([(pair, args, [out1, out2])], same, (out1.T, out2)) is None
+    other = torch.randn(4, 5)
+    assert native._recipe([(pair, args, [out1, out2])], (grad_out, mat1, mat2), (other,)) is None
 
 
 def _layout(t: torch.Tensor, column_major: bool) -> torch.Tensor:
