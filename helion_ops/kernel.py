@@ -22,7 +22,8 @@ launchers key each specialization by what Helion and Triton specialize on (the k
 epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte alignment) and
 keep a launch plan for it (``helion_ops.plans``), or, where a plan cannot describe the host
 function, the host function itself. For fp16/bf16 plain and pair launches, each launcher also
-keeps its own look-up from its operands to that plan (the fast path: one key per call).
+keeps its own look-up from its operands to that plan (the fast path: one key per call), which
+``helion_ops.native`` hands to its C++ path (``fast_mm_plan``, ``fast_addmm_plan``).
 """
 
 from __future__ import annotations
