@@ -350,6 +350,11 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
   const at::Tensor& a = THPVariable_Unpack(a_obj);
   const at::Tensor& b = THPVariable_Unpack(b_obj);
   const at::Tensor bias = with_bias ? THPVariable_Unpack(bias_obj) : at::Tensor();
+  // Only fp16 and bf16 keys have plans this path can take (fp32's kernel also follows torch's
+  // TF32 switch): others go back at once.
+  if (a.scalar_type() != at::kHalf && a.scalar_type() != at::kBFloat16) {
+    return py::bool_(false);
+  }
   if (python_path_now(a)) {
     return py::bool_(false);
   }
