@@ -229,13 +229,7 @@ def test_a_pair_for_eager_calls_only_is_two_launches_under_a_capture():
     eager = kernel.launch_mm_pair(*operands, 0.5)
     assert any(key[0] is kernel.pair_kernel for key in kernel._compiled)
     compiled = set(kernel._compiled)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = kernel.launch_mm_pair(*operands, 0.5)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured = capture(lambda: kernel.launch_mm_pair(*operands, 0.5))
     graph.replay()
     torch.cuda.synchronize()
     assert set(kernel._compiled) == compiled  # the capture compiled nothing

@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import HAS_CUDA, capture
 from reference import assert_matches
+from test_ops import make
 
 import helion_ops
 from helion_ops import kernel, native
@@ -176,17 +177,6 @@ def test_recipe_maps_operands_and_gradients(fake_extension):
     assert native._recipe([(pair, args, [out1, out2])], (grad_out, mat1, mat2), (other,)) is None
 
 
-def _layout(t: torch.Tensor, column_major: bool) -> torch.Tensor:
-    return t.T.contiguous().T if column_major else t
-
-
-def _leaves(shapes, dtype, columns):
-    return [
-        _layout(torch.randn(s, device="cuda", dtype=dtype), c).requires_grad_()
-        for s, c in zip(shapes, columns, strict=True)
-    ]
-
-
 def _check(name, ours, inputs, fn64, fn_torch, grad_out, needs):
     ref_inputs = [t.detach().double().requires_grad_(n) for t, n in zip(inputs, needs, strict=True)]
     torch_inputs = [
@@ -212,7 +202,7 @@ def _check(name, ours, inputs, fn64, fn_torch, grad_out, needs):
 @pytest.mark.parametrize("m,n,k", [(384, 320, 256), (1000, 520, 264)], ids=str)
 def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
     _, calls = extension
-    a, b = _leaves([(m, k), (k, n)], dtype, columns)
+    a, b = (make(s, dtype, transposed=c) for s, c in zip([(m, k), (k, n)], columns, strict=True))
     for t, need in zip((a, b), needs, strict=True):
         t.requires_grad_(need)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
@@ -231,7 +221,7 @@ def test_a_backward_that_compiles_is_recorded_again(extension):
     launch no plan makes), so the next one records, and the third replays."""
     _, calls = extension
     kernel.reset()
-    a, b = _leaves([(384, 256), (256, 320)], torch.bfloat16, (False, False))
+    a, b = make((384, 256), torch.bfloat16), make((256, 320), torch.bfloat16)
     grad_out = torch.randn(384, 320, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         for _ in range(2):
@@ -254,7 +244,7 @@ def test_addmm_replayed(extension, bias, alpha, beta):
     _, calls = extension
     m, n, k, dtype = 520, 384, 264, torch.bfloat16
     bias_t = torch.randn(BIASES[bias](m, n), device="cuda", dtype=dtype).requires_grad_()
-    a, b = _leaves([(m, k), (k, n)], dtype, (False, True))
+    a, b = make((m, k), dtype), make((k, n), dtype, transposed=True)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
 
     def theirs(c, x, y):
@@ -308,7 +298,7 @@ def test_a_changed_key_is_not_replayed(extension):
 @needs_cuda
 def test_double_backward_and_capture_take_the_python_path(extension):
     _, calls = extension
-    a, b = _leaves([(256, 128), (128, 192)], torch.float16, (False, False))
+    a, b = make((256, 128), torch.float16), make((128, 192), torch.float16)
     for _ in range(2):
         helion_ops.matmul(a, b).sum().backward()
     a.grad = b.grad = None
