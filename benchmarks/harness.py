@@ -150,8 +150,7 @@ def _warm_up(fn, inputs: list[torch.Tensor], mode: str, cudagraph: bool) -> None
         return
     from helion_ops import native  # as functions(): late
 
-    native.start(inputs[0])
-    native.wait()
+    native.ready(inputs[0])
     for _ in range(2):
         with torch.no_grad() if mode == "fwd_no_grad" else contextlib.nullcontext():
             y = _forward(fn, inputs, cudagraph and mode == "bwd")

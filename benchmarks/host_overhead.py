@@ -79,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.randn(shape, device="cuda", dtype=dtype) for shape in ((s, s), (s, s), (s,), (s, s))
     )
     la, lb, lbias = (t.clone().requires_grad_() for t in (a, b, bias))
-    native.start(a)
-    native.wait()  # helion_ops' C++ path, built on first use, in every row
+    native.ready(a)  # helion_ops' C++ path, built on first use, in every row
     samples = per_call_us(
         {
             "torch.mm": (lambda: torch.mm(a, b), 1000),

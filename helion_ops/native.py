@@ -8,9 +8,9 @@ the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
 
 - The extension is built with ``torch.utils.cpp_extension`` when the first CUDA call arrives,
   in a process of its own that a background thread starts (30-55 s, once: torch caches the
-  build); calls take the Python path until it is loaded. ``wait()`` blocks until then
-  (benchmarks call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build
-  warns once and leaves it off.
+  build); calls take the Python path until it is loaded. ``ready(t)`` starts it and blocks
+  until then (benchmarks call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a
+  failed build warns once and leaves it off.
 - After the Python path has run a new key (operands' sizes, strides, dtype, device and
   16-byte alignment), ``learn_matmul``/``learn_addmm`` hand the extension that key's forward
   plan, or nothing where the key is not one plain launch (a split, a copy of unaligned
@@ -64,8 +64,10 @@ def start(t: object) -> None:
     threading.Thread(target=_build, name="helion_ops native build", daemon=True).start()
 
 
-def wait(timeout: float | None = 600) -> bool:
-    """Wait for a build that ``start`` began; whether the extension is loaded."""
+def ready(t: object, timeout: float | None = 600) -> bool:
+    """``start`` for a call on ``t``, then wait for the build; whether the extension is
+    loaded."""
+    start(t)
     if started and not _built.wait(timeout):
         warnings.warn("helion_ops: the C++ fast path is still building", stacklevel=2)
     return module is not None

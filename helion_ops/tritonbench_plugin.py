@@ -78,8 +78,7 @@ def _warmed_up(
     # graphs on the backends' forward stream, where the inputs' grads accumulate. Twice, with
     # helion_ops' C++ path loaded (helion_ops.native): the first call teaches it the key, the
     # second the backward's launches, so that what is timed is what a training loop runs.
-    native.start(inputs[-1])
-    native.wait()
+    native.ready(inputs[-1])
     with stream_a_graph_capture_can_join(getattr(operator, "use_cuda_graphs", False)):
         for _ in range(2):
             out = fn()
