@@ -55,7 +55,7 @@ from helion_ops.configs import (
     transposed_pays,
     tuned_pair,
 )
-from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for
+from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
 from helion_ops.staging import staged
 
 if TYPE_CHECKING:
@@ -627,7 +627,10 @@ def launch_addmm(
     )
     if split_k and not deterministic:
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
-        return _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
+        out = _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
+        if bias is None:  # what the C++ path replays (a backward's product)
+            record_result(partial, out)
+        return out
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
         if split.eager or capturing(a):

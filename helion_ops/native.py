@@ -17,8 +17,9 @@ the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
   operands, fp32), which keeps it on the Python path.
 - The first backward of each layout of grad_out runs the Python backward (``backward``) with
   its launches recorded; where each gradient is the output of a recorded plan whose operands
-  are grad_out and the saved operands, those launches become the key's recipe, which later
-  backwards replay.
+  are grad_out and the saved operands (for a split-K product, the cast of its fp32 sums),
+  those launches become the key's recipe, which later backwards replay (one with split-K
+  not under torch's determinism switch, as the Python path).
 """
 
 from __future__ import annotations
@@ -154,7 +155,11 @@ def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tupl
     from (``_CAPTURED``)."""
     compiled = plan.compiled or plan._find_compiled()
     direct = plan.direct
-    if not _KNOWN_LAYOUT or compiled is None or direct is None or not plan.like_first:
+    # Outputs of the first operand's kind (plain and pair kernels), or the split-K kernel's
+    # zeroed fp32 sums, which the extension then scales and casts as ``_finish_split_k`` does.
+    if not _KNOWN_LAYOUT or compiled is None or direct is None:
+        return None
+    if not (plan.like_first or plan.zeroed):
         return None
     if any(direct.flags):  # a cooperative grid or programmatic dependent launch
         return None
@@ -191,7 +196,14 @@ def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tupl
             return None
         params.append(param)
     return module.Launch(
-        compiled.function, plan.grid, 32 * num_warps, shared, direct.scratch, params, plan.shapes
+        compiled.function,
+        plan.grid,
+        32 * num_warps,
+        shared,
+        direct.scratch,
+        params,
+        plan.shapes,
+        plan.zeroed,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +21,7 @@ from reference import assert_matches
 from test_ops import make
 
 import helion_ops
-from helion_ops import kernel, native
+from helion_ops import kernel, native, plans
 
 needs_cuda = pytest.mark.cuda
 
@@ -102,6 +103,7 @@ def fake_plan(operands=2, sources=(0, 1, 3, 4, 5, 6), signature=None, constants=
         compiled=compiled,
         direct=SimpleNamespace(flags=(False, False), align=128, scratch=512),
         like_first=True,
+        zeroed=False,
         operands=operands,
         epilogues=(operands,),
         sources=sources,
@@ -129,6 +131,7 @@ def test_launch_of_lays_out_each_parameter(fake_extension):
         [(tensor, 0, 2), (tensor, 0, 0), (scalar, native._FLOAT32, 0), (output, 0, 0),
          (constant, 0, 300)],
         ((6, 5),),
+        False,
     )  # fmt: skip
 
 
@@ -174,6 +177,31 @@ def test_recipe_maps_operands_and_gradients(fake_extension):
     assert native._recipe([(pair, args, [out1, out2])], same, (out1.T, out2)) is None
     other = torch.randn(4, 5)
     assert native._recipe([(pair, args, [out1, out2])], (grad_out, mat1, mat2), (other,)) is None
+
+
+def test_a_split_k_product_is_recorded_as_its_cast(fake_extension):
+    """mat1.T @ grad_out through the split-K kernel: its launch's fp32 sums are replaced by
+    their cast, the gradient, which the recipe then finds (the extension casts likewise)."""
+    grad_out, mat1 = torch.randn(64, 5), torch.randn(64, 4)
+    signature = {"x": "*bf16", "y": "*bf16", "out": "*fp32", "BLOCK": "constexpr", "n": "i32"}
+    split = fake_plan(2, (0, 1, 2, 3, 4), signature)
+    split.epilogues, split.like_first, split.zeroed, split.shapes = (), False, True, ((4, 5),)
+    sums, grad, unrelated = torch.zeros(4, 5), torch.randn(4, 5), torch.zeros(4, 5)
+    launches = [(split, (mat1.T, grad_out), [sums])]
+    plans.recording = (threading.get_ident(), launches)
+    try:
+        plans.record_result(unrelated, grad)  # not the last launch's output: no change
+        assert launches[0][2][0] is sums
+        plans.record_result(sums, grad)
+    finally:
+        plans.recording = None
+    assert launches[0][2][0] is grad
+    recipe = native._recipe(launches, (grad_out, mat1, None), (None, grad))
+    assert recipe[1][0][-1] is True  # the launch casts
+    assert recipe[2] == [(-1, 0, False), (0, 0, False)]
+    # Without the cast recorded (a bias's split-K product), the sums are no gradient.
+    launches = [(split, (mat1.T, grad_out), [sums])]
+    assert native._recipe(launches, (grad_out, mat1, None), (None, grad)) is None
 
 
 def _check(name, ours, inputs, fn64, fn_torch, grad_out, needs):
@@ -254,6 +282,42 @@ def test_addmm_replayed(extension, bias, alpha, beta):
         assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
         _check(f"call {call}", out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
     assert len(calls) == 1
+
+
+@needs_cuda
+@pytest.mark.parametrize("op", ["matmul", "addmm"])
+def test_a_split_k_backward_replayed(extension, monkeypatch, op):
+    """A tall product, whose mat1.T @ grad_out splits K: the recipe zeroes the fp32 sums,
+    launches the split-K kernel, scales the sums by alpha and casts them. Under torch's
+    determinism switch the backward takes the Python path instead (the plain kernel)."""
+    _, calls = extension
+    torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
+    m, n, k, dtype = 4096, 320, 256, torch.float16
+    assert kernel.wants_split_k(k, n, m)
+    a, b = make((m, k), dtype), make((k, n), dtype)
+    grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
+    if op == "matmul":
+        inputs, ours, theirs = [a, b], helion_ops.matmul, torch.mm
+    else:
+        inputs = [make((n,), dtype), a, b]
+
+        def ours(c, x, y):
+            return helion_ops.addmm(c, x, y, alpha=1.5)
+
+        def theirs(c, x, y):
+            return torch.addmm(c, x, y, alpha=1.5)
+
+    needs = (True,) * len(inputs)
+    for call in range(3):
+        _check(f"call {call}", ours(*inputs), inputs, theirs, theirs, grad_out, needs)
+    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
+    monkeypatch.setattr(
+        kernel, "deterministic_algorithms", torch.are_deterministic_algorithms_enabled
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    _check("deterministic", ours(*inputs), inputs, theirs, theirs, grad_out, needs)
+    assert len(calls) == 2
 
 
 @needs_cuda

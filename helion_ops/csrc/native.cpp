@@ -7,8 +7,8 @@
 // key finds the forward's launch, a C++ autograd Function saves what the backward needs, and
 // the backward replays the launches that the Python backward made for the same key (its
 // "recipe"), through the CUDA driver. What the Python path does not hand over (a first call,
-// a CUDA graph capture, a functorch transform, a double backward, operands it copied or
-// products it split) stays on the Python path. helion_ops.native builds this file and teaches
+// a CUDA graph capture, a functorch transform, a double backward, operands it copied, a
+// forward it splits) stays on the Python path. helion_ops.native builds this file and teaches
 // it each key.
 
 #include <torch/extension.h>
@@ -79,15 +79,20 @@ struct Launch {
   int64_t scratch;  // bytes of global scratch memory a launch allocates (0: none)
   std::vector<Param> params;
   std::vector<std::array<int64_t, 2>> outputs;  // each a new tensor of the first operand's kind
+  // The split-K kernel's launch: it adds fp32 partial sums into zeroed outputs with atomics;
+  // each is then scaled by the call's alpha and rounded once to the first operand's dtype
+  // (helion_ops.kernel._finish_split_k).
+  bool split_k = false;
 
   std::vector<at::Tensor> run(const at::Tensor* tensors, const double* scalars) const {
     // Outputs of the first operand's dtype and device (a forward's a, a backward's grad_out),
-    // as every plan made for this path allocates them.
+    // as every plan made for this path allocates them, or the split-K kernel's fp32 sums.
     const at::TensorOptions options = tensors[0].options();
     std::vector<at::Tensor> outs;
     outs.reserve(outputs.size());
     for (const auto& shape : outputs) {
-      outs.push_back(at::empty({shape[0], shape[1]}, options));
+      outs.push_back(split_k ? at::zeros({shape[0], shape[1]}, options.dtype(at::kFloat))
+                             : at::empty({shape[0], shape[1]}, options));
     }
     constexpr size_t kMax = 64;
     TORCH_CHECK(params.size() + 2 <= kMax, "helion_ops native: too many kernel parameters");
@@ -139,12 +144,19 @@ struct Launch {
       device_guard.reset_device(device);
     }
     void* stream = guard.getStreamNativeHandle(guard.getStream(device));
-    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) {
-      return outs;
+    if (grid[0] != 0 && grid[1] != 0 && grid[2] != 0) {
+      const int status = driver().launch(function, grid[0], grid[1], grid[2], block, 1, 1,
+                                         shared, stream, pointers, nullptr);
+      TORCH_CHECK(status == 0, "helion_ops native: cuLaunchKernel failed with CUresult ", status);
     }
-    const int status = driver().launch(function, grid[0], grid[1], grid[2], block, 1, 1, shared,
-                                       stream, pointers, nullptr);
-    TORCH_CHECK(status == 0, "helion_ops native: cuLaunchKernel failed with CUresult ", status);
+    if (split_k) {
+      for (at::Tensor& out : outs) {
+        if (scalars[0] != 1) {
+          out.mul_(scalars[0]);
+        }
+        out = out.to(options.dtype());
+      }
+    }
     return outs;
   }
 };
@@ -159,6 +171,7 @@ struct Recipe {
     bool transposed = false;
   };
   std::array<Grad, 2> grads;  // mat1's, mat2's
+  bool atomics = false;        // a split-K launch among them
 };
 
 // A key of the operands, as the Python fast path keys them: sizes, strides, dtype, device and
@@ -213,8 +226,9 @@ void add_to_key(Key& key, const at::Tensor& t) {
 
 // Why a call cannot take this path now, whatever its key: a CUDA graph capture (whose
 // launches the Python path decides apart) or an active functorch transform. (torch's
-// determinism switch needs nothing: what this path learns are single launches without
-// atomics, which the Python path runs under the switch too.)
+// determinism switch needs nothing here: the forwards this path learns are single launches
+// without atomics, which the Python path runs under the switch too; a backward's recipe with
+// atomics checks it.)
 bool python_path_now(const at::Tensor& t) {
   const auto included = c10::impl::tls_local_dispatch_key_set().included_;
   if (included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
@@ -295,6 +309,12 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
           recipe = r;
           break;
         }
+      }
+      if (recipe != nullptr && recipe->atomics &&
+          at::globalContext().deterministicAlgorithms()) {
+        // Under torch's determinism switch the Python path runs the plain kernel instead.
+        recipe = nullptr;
+        key.clear();
       }
     }
     if (recipe != nullptr) {
@@ -412,7 +432,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](uint64_t function, std::array<unsigned, 3> grid, unsigned block,
                        unsigned shared, int64_t scratch,
                        const std::vector<std::tuple<int, int, int64_t>>& params,
-                       const std::vector<std::array<int64_t, 2>>& outputs) {
+                       const std::vector<std::array<int64_t, 2>>& outputs, bool split_k) {
         Launch l;
         l.function = reinterpret_cast<void*>(function);
         l.grid = grid;
@@ -423,6 +443,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           l.params.push_back({static_cast<Source>(source), static_cast<Storage>(storage), value});
         }
         l.outputs = outputs;
+        l.split_k = split_k;
         return l;
       }));
   py::class_<Recipe>(m, "Recipe")
@@ -430,6 +451,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        const std::vector<std::tuple<int, int, bool>>& grads) {
         Recipe r;
         r.launches = std::move(launches);
+        for (const Launch& launch : r.launches) {
+          r.atomics = r.atomics || launch.split_k;
+        }
         for (size_t i = 0; i < 2; ++i) {
           const auto& [launch, output, transposed] = grads.at(i);
           r.grads[i] = {launch, output, transposed};
