@@ -11,7 +11,11 @@
 // forward it splits) stays on the Python path. helion_ops.native builds this file and teaches
 // it each key.
 
-#include <torch/extension.h>
+// Only the headers used (not <torch/extension.h>, which brings all of libtorch's C++ API):
+// the build takes 25 s instead of 40 on a 2-core CPU.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/stl.h>
 
