@@ -7,7 +7,7 @@ backward launch the compiled Triton kernels through the CUDA driver, with the ar
 the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
 
 - The extension is built with ``torch.utils.cpp_extension`` when the first CUDA call arrives,
-  in a process of its own that a background thread starts (30-55 s, once: torch caches the
+  in a process of its own that a background thread starts (25-40 s, once: torch caches the
   build); calls take the Python path until it is loaded. ``ready(t)`` starts it and blocks
   until then (benchmarks call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a
   failed build warns once and leaves it off.
