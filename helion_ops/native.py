@@ -6,11 +6,12 @@ specialization the Python path has already run: a C++ autograd Function whose fo
 backward launch the compiled Triton kernels through the CUDA driver, with the arguments that
 the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
 
-- The extension is built with ``torch.utils.cpp_extension`` when the first CUDA call arrives,
-  in a process of its own that a background thread starts (25-40 s, once: torch caches the
-  build); calls take the Python path until it is loaded. ``ready(t)`` starts it and blocks
-  until then (benchmarks call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a
-  failed build warns once and leaves it off.
+- The extension is built with ``torch.utils.cpp_extension`` when the first CUDA call arrives
+  (or before, at ``begin``: the tritonbench plugin's registration), in a process of its own
+  that a background thread starts (25-40 s, once: torch caches the build); calls take the
+  Python path until it is loaded. ``ready(t)`` starts it and blocks until then (benchmarks
+  call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build warns once and
+  leaves it off.
 - After the Python path has run a new key (operands' sizes, strides, dtype, device and
   16-byte alignment), ``learn_matmul``/``learn_addmm`` hand the extension that key's forward
   plan, or nothing where the key is not one plain launch (a split, a copy of unaligned
@@ -55,8 +56,17 @@ _KNOWN_LAYOUT = triton.__version__.startswith("3.6.")
 
 def start(t: object) -> None:
     """Build and load the extension in the background, once, for a call on a CUDA tensor."""
-    global started
     if started or not (isinstance(t, torch.Tensor) and t.is_cuda):
+        return
+    begin()
+
+
+def begin() -> None:
+    """``start`` before any call: for tools that will time calls on a GPU (the tritonbench
+    plugin's ``register``), so that the build runs while they import, make inputs and
+    compile the first kernels."""
+    global started
+    if started:
         return
     started = True
     if os.environ.get("HELION_OPS_NATIVE", "1") == "0":

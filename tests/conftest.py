@@ -95,9 +95,13 @@ def capture(fn):
 @pytest.fixture
 def python_path_only(monkeypatch):
     """helion_ops' C++ fast path off (``helion_ops.native``): for tests that patch the Python
-    path (a Function's backward, a faked capture) and need every call to go through it."""
+    path (a Function's backward, a faked capture) and need every call to go through it. A
+    build already under way (the plugin's ``register`` begins one on a GPU) is let finish
+    first, or it would load the extension mid-test."""
     from helion_ops import native
 
+    if native.started:
+        native.ready(None)
     monkeypatch.setattr(native, "module", None)
     monkeypatch.setattr(native, "started", True)
 

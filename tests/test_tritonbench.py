@@ -25,7 +25,7 @@ from benchmarks.main import main
 from benchmarks.results import parse_tritonbench_csv
 from benchmarks.suite import BACKENDS, BIAS_1D_FLAGS
 from benchmarks.tritonbench_runner import addmm_sizes_need_bias_1d, run_tritonbench
-from helion_ops import AddMMFunction, MatMulFunction, tritonbench_bwd, tritonbench_plugin
+from helion_ops import AddMMFunction, MatMulFunction, native, tritonbench_bwd, tritonbench_plugin
 
 HAS_TRITONBENCH = importlib.util.find_spec("tritonbench") is not None
 needs_tritonbench = pytest.mark.skipif(not HAS_TRITONBENCH, reason="tritonbench not installed")
@@ -272,6 +272,39 @@ def test_register_is_idempotent(fake_tritonbench):
     assert len(fake_tritonbench.calls) == 1
     assert vars(fake_tritonbench.gemm)["helion_matmul_tritonbench"] is attached
     assert fake_tritonbench.gemm.get_bwd_fn is bwd_fn
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_register_begins_the_cpp_build_where_there_is_a_gpu(fake_tritonbench, monkeypatch, gpu):
+    begun = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(native, "begin", lambda: begun.append(True))
+    with pytest.warns(RuntimeWarning):
+        tritonbench_plugin.register()
+    assert begun == [True] * gpu
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_the_first_pass_compiles_before_the_wait_for_the_cpp_build(monkeypatch, graphs):
+    # The build (25-40 s on a fresh machine) overlaps the first shape's compiles; the two
+    # passes that teach the C++ path its key and backward come after it. Under CUDA graphs,
+    # whose captures take the Python path, nothing waits for it.
+    events = []
+    monkeypatch.setattr(native, "ready", lambda t, *args: events.append("ready"))
+    # (The side stream that graphs need: the stream is not what this test is about.)
+    monkeypatch.setattr(
+        tritonbench_plugin, "stream_a_graph_capture_can_join", lambda on: contextlib.nullcontext()
+    )
+    x = torch.randn(4, 4, requires_grad=True)
+
+    def fn():
+        events.append("pass")
+        return x * 2
+
+    operator = types.SimpleNamespace(use_cuda_graphs=graphs)
+    assert tritonbench_plugin._warmed_up(operator, fn, (x,)) is fn
+    assert events == ["pass", "pass", "pass"] if graphs else ["pass", "ready", "pass", "pass"]
+    assert x.grad is None
 
 
 def test_suite_names_the_plugin_backends():
