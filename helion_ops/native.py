@@ -253,13 +253,9 @@ def backward(
     if not record:
         grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
         return (*grads, None)
-    launches: list[tuple[plans.LaunchPlan, tuple, list]] = []
     compiled = len(kernel._compiled)
-    plans.recording = (threading.get_ident(), launches)
-    try:
+    with plans.recorded() as launches:
         grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
-    finally:
-        plans.recording = None
     if len(kernel._compiled) != compiled:
         return (*grads, False)
     return (*grads, _recipe(launches, (grad_out, mat1, mat2), grads))

@@ -14,6 +14,7 @@ plan are ``helion_ops.kernel``'s.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 import threading
@@ -28,11 +29,24 @@ from triton.knobs import HookChain
 from triton.runtime import _allocation, driver
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
-# While helion_ops.native watches a Python backward: its thread's id and a list to which each
-# plan call in that thread appends (plan, args, outputs).
-recording: tuple[int, list[tuple[Any, ...]]] | None = None
+# While helion_ops.native watches a Python backward (``recorded``): per thread id, a list to
+# which each plan call in that thread appends (plan, args, outputs). Autograd runs a backward
+# that spans several GPUs on one thread per GPU, so several threads may record at once.
+recordings: dict[int, list[tuple[Any, ...]]] = {}
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[list[tuple[Any, ...]]]:
+    """Within: every plan call of this thread appends (plan, args, outputs) to the list
+    yielded; other threads' calls go to their own recordings, or to none."""
+    thread, launches = threading.get_ident(), []
+    recordings[thread] = launches
+    try:
+        yield launches
+    finally:
+        del recordings[thread]
 
 
 class DirectLauncher:
@@ -152,8 +166,10 @@ class LaunchPlan:
                 grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
                 None, None, None, *self.pick((*args, *captured, *outs, *self.constants)),
             )  # fmt: skip
-        if recording is not None and recording[0] == threading.get_ident():
-            recording[1].append((self, args, outs))
+        if recordings:  # one check on the hot path when nothing records
+            launches = recordings.get(threading.get_ident())
+            if launches is not None:
+                launches.append((self, args, outs))
         if self.returns_tuple:
             return tuple(outs)
         return outs[0] if outs else None
@@ -174,11 +190,12 @@ def record_result(sums: torch.Tensor, result: torch.Tensor) -> None:
     """Where this thread's launches are recorded and the last one made ``sums`` (the split-K
     kernel's fp32 partial sums), record ``result``, their scaled cast, as its output instead:
     the product the caller receives."""
-    if recording is None or recording[0] != threading.get_ident() or not recording[1]:
+    launches = recordings.get(threading.get_ident())
+    if not launches:
         return
-    plan, args, outs = recording[1][-1]
+    plan, args, outs = launches[-1]
     if len(outs) == 1 and outs[0] is sums:
-        recording[1][-1] = (plan, args, [result])
+        launches[-1] = (plan, args, [result])
 
 
 class DirectLaunch(NamedTuple):

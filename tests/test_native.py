@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -187,14 +186,11 @@ def test_a_split_k_product_is_recorded_as_its_cast(fake_extension):
     split = fake_plan(2, (0, 1, 2, 3, 4), signature)
     split.epilogues, split.like_first, split.zeroed, split.shapes = (), False, True, ((4, 5),)
     sums, grad, unrelated = torch.zeros(4, 5), torch.randn(4, 5), torch.zeros(4, 5)
-    launches = [(split, (mat1.T, grad_out), [sums])]
-    plans.recording = (threading.get_ident(), launches)
-    try:
+    with plans.recorded() as launches:
+        launches.append((split, (mat1.T, grad_out), [sums]))
         plans.record_result(unrelated, grad)  # not the last launch's output: no change
         assert launches[0][2][0] is sums
         plans.record_result(sums, grad)
-    finally:
-        plans.recording = None
     assert launches[0][2][0] is grad
     recipe = native._recipe(launches, (grad_out, mat1, None), (None, grad))
     assert recipe[1][0][-1] is True  # the launch casts

@@ -8,6 +8,7 @@ whose compiled-kernel launch is faked shows what it would pass to the GPU.
 from __future__ import annotations
 
 import contextlib
+import threading
 import types
 
 import helion
@@ -75,6 +76,41 @@ def test_every_kernel_gets_a_plan():
     check_mm("mm again", a, b)
     check_mm("split-K again", *long_k, alpha=0.5)
     assert len(kept_plans()) == 5
+
+
+def test_threads_recording_at_once_each_keep_their_own_launches():
+    """Autograd runs a backward that spans two GPUs on one thread per GPU, and each thread's
+    Python backward records its launches (``helion_ops.native``): while both record, each
+    recording holds its own thread's launches and none of the other's."""
+    a, b = rand(48, 40), rand(40, 24)
+    launch_mm(a, b)  # compiles; the threads' calls go through the plan
+    both_recording, first_launched = threading.Barrier(2), threading.Event()
+    recorded = {}
+
+    def record(name: str, operand: torch.Tensor, first: bool) -> None:
+        with plans.recorded() as launches:
+            both_recording.wait()
+            if not first:  # one launch at a time (the interpreter), both recordings open
+                first_launched.wait()
+            out = launch_mm(operand, b)
+            first_launched.set()
+            both_recording.wait()
+        recorded[name] = launches, operand, out
+
+    threads = [
+        threading.Thread(target=record, args=(name, rand(48, 40), name == "first"))
+        for name in ("first", "second")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert sorted(recorded) == ["first", "second"], "a thread failed"
+    for name, (launches, operand, out) in recorded.items():
+        assert len(launches) == 1, f"{name}: {len(launches)} launches recorded"
+        plan, args, outs = launches[0]
+        assert isinstance(plan, LaunchPlan) and args[0] is operand and outs[0] is out, name
+    assert not plans.recordings
 
 
 def transposed(a: torch.Tensor) -> torch.Tensor:
