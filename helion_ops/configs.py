@@ -354,7 +354,8 @@ def last_wave_config(
 ) -> helion.Config:
     """``last_wave_kernel``'s config: the tile shape and programs (flat or persistent) of
     ``Model.best_split``'s candidate, as the model's coefficients assume, and the tail's K
-    cut in ``tail_split``'s pieces (a power-of-two split giving that block)."""
+    cut in ``tail_split``'s pieces (a power-of-two split giving that block), each a whole
+    number of the tail's K blocks (its loads carry no mask at a piece's end)."""
     rows, k = x_full.shape
     m, n = rows + x_tail.shape[0], y.shape[1]
     if not x_full.is_cuda:
@@ -370,7 +371,7 @@ def last_wave_config(
     block, _ = tail_split(tail_tiles, k, product.sms)
     indexing = chosen.get("indexing", "pointer")
     return helion.Config(
-        block_sizes=[bm, bn, bk, bm, bn, bk],
+        block_sizes=[bm, bn, bk, bm, bn, min(bk, block)],  # powers of two: min divides block
         num_warps=chosen["num_warps"],
         num_stages=chosen["num_stages"],
         pid_type=chosen["pid_type"],

@@ -158,6 +158,10 @@ def _matmul_last_wave(
     # out_full; the tiles of the other rows (x_tail, less than a wave) are cut in K, as in
     # _matmul_split_k, so that they fill the SMs in one more round, and their fp32 partial
     # sums are added into partial. One launch: the tail's programs follow the full waves'.
+    # The tail's K loop runs hl.dot, not torch.addmm: Helion masks torch.addmm's operands at
+    # the loop's end (outer_k.end), and masked loads fall back from tensor descriptors to
+    # pointers. Its pieces end on whole K blocks (``configs.last_wave_config``), so no load
+    # needs that mask; the descriptors' bounds zero what lies past the tensors' ends.
     m_full, k = x_full.size()
     _, n = y.size()
     m_tail = x_tail.size(0)
@@ -171,7 +175,7 @@ def _matmul_last_wave(
     for tile_m, tile_n, outer_k in hl.tile([m_tail, n, k], block_size=[None, None, k_block]):
         acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
         for inner_k in hl.tile(outer_k.begin, outer_k.end):
-            acc = torch.addmm(acc, x_tail[tile_m, inner_k], y[inner_k, tile_n])
+            acc = hl.dot(x_tail[tile_m, inner_k], y[inner_k, tile_n], acc=acc)
         hl.atomic_add(partial, [tile_m, tile_n], acc)
 
 
