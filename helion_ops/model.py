@@ -94,9 +94,9 @@ LAST_WAVE_MS = 0.005
 LAST_WAVE_GAIN = 0.97
 # The same for candidates with a flattened loop (``range_flattens``), whose coefficients were
 # fit flattened: the split's two loops, one branch apart, are not flattened, so its full waves
-# lose that pipeline. On 23 products of neither set (H200, bf16, calls 122-124, NOTES 81) the
-# split measured 0.03-0.16 (0.09 in the mean) more of the plain time than predicted: those
-# predicted 0.77-0.90 measured 0.91-0.99, those predicted 0.90-0.97 0.96-1.06.
+# lose that pipeline. On 21 such products of neither set (H200, bf16, calls 123-124, NOTES 81)
+# the split measured 0.03-0.16 (0.09 in the mean) more of the plain time than predicted:
+# those predicted 0.77-0.90 measured 0.91-0.99, those predicted 0.90-0.97 0.96-1.06.
 LAST_WAVE_GAIN_FLATTENED = 0.90
 
 
