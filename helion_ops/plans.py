@@ -40,13 +40,18 @@ recordings: dict[int, list[tuple[Any, ...]]] = {}
 @contextlib.contextmanager
 def recorded() -> Iterator[list[tuple[Any, ...]]]:
     """Within: every plan call of this thread appends (plan, args, outputs) to the list
-    yielded; other threads' calls go to their own recordings, or to none."""
+    yielded; other threads' calls go to their own recordings, or to none. A recording
+    nested in another (of the same thread) takes its calls until it ends."""
     thread, launches = threading.get_ident(), []
+    outer = recordings.get(thread)
     recordings[thread] = launches
     try:
         yield launches
     finally:
-        del recordings[thread]
+        if outer is None:
+            del recordings[thread]
+        else:
+            recordings[thread] = outer
 
 
 class DirectLauncher:

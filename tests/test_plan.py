@@ -113,6 +113,14 @@ def test_threads_recording_at_once_each_keep_their_own_launches():
     assert not plans.recordings
 
 
+def test_a_nested_recording_gives_the_outer_one_back():
+    with plans.recorded() as outer:
+        with plans.recorded() as inner:
+            assert plans.recordings[threading.get_ident()] is inner
+        assert plans.recordings[threading.get_ident()] is outer
+    assert not plans.recordings
+
+
 def transposed(a: torch.Tensor) -> torch.Tensor:
     return a.T.contiguous().T  # same sizes and values, column-major strides
 
