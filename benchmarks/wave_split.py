@@ -6,7 +6,8 @@ products) it times ``torch.mm``, helion_ops' plain kernel (the model's tile shap
 the model has a split for it (``Model.best_split``, whatever its predicted gain), the product
 with its last wave split (``last_wave_kernel``, with the fp32 buffer and the finishing pass),
 under CUDA graphs (the measure of tritonbench's ``--cudagraph``), beside the model's
-predicted ratio. This is what ``helion_ops.model.LAST_WAVE_GAIN`` is set from. Use shapes
+predicted ratio and whether the split's candidate has a flattened loop. This is what
+``helion_ops.model.LAST_WAVE_GAIN`` and ``LAST_WAVE_GAIN_FLATTENED`` are set from. Use shapes
 that are not in ``benchmarks/shapes/validation.csv``.
 """
 
@@ -40,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     model = configs.shipped_model(configs.gpu_arch(torch.device("cuda")))
     rows = []
-    print("product layout rows | predicted split/plain | us: aten plain split | split/plain")
+    print(
+        "product layout rows | predicted split/plain | us: aten plain split | split/plain"
+        " | flattened"
+    )
     for m, n, k in args.shape:
         for layout in ("rr", "rc", "cr"):
             a, b = operands(m, n, k, layout, dtype)
@@ -53,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if split is not None:
                 row["predicted"] = split[0] / model.best_plain(product)[0]
+                row["flattened"] = any(split[1].config.get("range_flattens") or [])
                 row["split_us"] = bench(
                     lambda a=a, b=b, r=split[2]: kernel.launch_last_wave(None, a, b, 1.0, 0.0, r)
                 )
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{m}x{n}x{k} {layout} {row['rows']} | {row.get('predicted', 0):.3f} | "
                 f"{row['aten_us']:.1f} {row['plain_us']:.1f} {row.get('split_us', 0):.1f} | "
-                f"{row.get('measured', 0):.3f}",
+                f"{row.get('measured', 0):.3f} | {row.get('flattened', '-')}",
                 flush=True,
             )
     if args.json:
