@@ -41,7 +41,14 @@ from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
 from helion_ops.candidates import SMALL_OUTPUT, split_config
-from helion_ops.model import LINE_BYTES, Product, k_block, shipped_model, tail_split
+from helion_ops.model import (
+    LINE_BYTES,
+    TRANSPOSED_PLAIN,
+    Product,
+    k_block,
+    shipped_model,
+    tail_split,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -254,8 +261,9 @@ SMALLEST_WAVE = 132 * 64 * 32
 def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     """Whether ``a @ b`` splits its last wave, or None (the plain kernel). Only fp16 and bf16
     products without a table entry, on a GPU with a model, whose K masks vectorize
-    (``k_masks_vectorize``), where the model predicts the split faster (``Model.plan``);
-    decided once per ``operands_key``."""
+    (``k_masks_vectorize``), where the model predicts the split faster (``Model.plan``) than
+    the plain path: the transposed kernel's where ``transposed_pays``; decided once per
+    ``operands_key``."""
     if not a.is_cuda or a.dtype == torch.float32 or a.shape[0] * b.shape[1] < SMALLEST_WAVE:
         # fp32 and the CPU never split; below one wave of the smallest tiles nothing to keep.
         return None
@@ -266,7 +274,7 @@ def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     model = model_without_entry(a, b)
     if model is not None and k_masks_vectorize(a, b):
         product = model_product(a, b)
-        plan = model.plan(product)
+        plan = model.plan(product, TRANSPOSED_PLAIN if transposed_pays(a, b) else 1.0)
         if plan is not None and plan[1] < product.m:
             plain = model.best_plain(product)
             split = LastWaveSplit(plan[1], plain is not None and plain[0] >= EAGER_SPLIT_MS)

@@ -312,6 +312,22 @@ def test_a_flattened_candidate_splits_only_where_predicted_to_gain_more():
         assert splits is not flattened, shape
 
 
+def test_a_split_must_beat_the_transposed_kernel_where_that_runs_the_product():
+    """Products whose b rows lie on 16 bytes but not 32 run unsplit on the transposed kernel
+    (``configs.transposed_pays``), about ``TRANSPOSED_PLAIN`` of the plain kernel's time. On
+    the H200 (NOTES 65 and 81) it beat the split at 2000x3000x2000 (51.2 us against 59.7; split
+    predicted at 0.89 of the plain time) and lost at 1500x3000x3000 (84.2 against 63.3; 0.70)."""
+    shipped = model.shipped_model("sm90")
+
+    def off_lines(m, n, k):
+        return product(m, n, k, off_lines=model.dense_off_lines(m, n, k, "rr", 2))
+
+    for shape, splits in [((2000, 3000, 2000), False), ((1500, 3000, 3000), True)]:
+        assert shipped.plan(off_lines(*shape))[1] < shape[0]  # against the plain kernel
+        transposed = shipped.plan(off_lines(*shape), model.TRANSPOSED_PLAIN)
+        assert (transposed[1] < shape[0]) is splits, shape
+
+
 def test_the_plan_splits_the_last_wave_only_where_it_pays(monkeypatch):
     shipped = model.shipped_model("sm90")
     _, candidate, rows = shipped.best_split(product(2960, 2960, 2960))
