@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from helion_ops import candidates, configs, plans, shapes, tune
+from helion_ops import candidates, configs, model, plans, shapes, tune
 from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
@@ -18,12 +18,47 @@ from helion_ops.kernel import (
     pair_kernel,
     scaled,
     split_k_kernel,
+    transposed_kernel,
     wants_split_k,
 )
 
 
 def bound_for(a: torch.Tensor, b: torch.Tensor, kernel=matmul_kernel):
     return kernel.bind((a, b, lambda acc, tile: 2.0 * acc))
+
+
+def operand_loads_through_descriptors(code: str) -> list[bool]:
+    """For each load in generated Triton code, whether it reads through a tensor descriptor."""
+    return ["desc" in line for line in code.splitlines() if "load(" in line and "=" in line]
+
+
+def test_tensor_descriptor_candidates_load_every_operand_through_descriptors():
+    """Helion falls back to a pointer for a load it cannot express by descriptor (a mask it
+    keeps, as torch.addmm's at a K piece's end made of the last-wave split's tail: NOTES 81),
+    silently. The model's tensor-descriptor candidates on every layout, the transposed kernel,
+    and their pair configs on the backward's two layouts, at sizes that end mid-tile: every
+    operand load through a descriptor. (Helion's bound kernels are reset for each: code
+    generated once per bound kernel can depend on what was generated before.)"""
+    m, n, k = 1000, 776, 336
+    a, b, g = (torch.randn(s, dtype=torch.bfloat16) for s in ((m, k), (k, n), (m, n)))
+    tensor_descriptors = [
+        c for c in model.MODEL_CANDIDATES if c.config.get("indexing") == "tensor_descriptor"
+    ]
+    assert tensor_descriptors
+    for candidate in tensor_descriptors:
+        cases = [
+            (matmul_kernel, (a, b, scaled(1.0)), candidate),
+            (matmul_kernel, (g, b.T, scaled(1.0)), candidate),
+            (matmul_kernel, (a.T, g, scaled(1.0)), candidate),
+            (transposed_kernel, (a, b, scaled(1.0)), candidate),
+            (pair_kernel, (g, b.T, a.T, g, scaled(1.0), scaled(1.0)), configs.pair_of(candidate)),
+            (pair_kernel, (a.T, g, g, b.T, scaled(1.0), scaled(1.0)), configs.pair_of(candidate)),
+        ]
+        for kernel, args, config in cases:
+            kernel.reset()
+            loads = operand_loads_through_descriptors(kernel.bind(args).to_triton_code(config))
+            assert loads and all(loads), (kernel.name, candidate, loads)
+        matmul_kernel.reset()
 
 
 def test_operand_layout_and_key():
