@@ -40,7 +40,9 @@ def test_tensor_descriptor_candidates_load_every_operand_through_descriptors():
     operand load through a descriptor. (Helion's bound kernels are reset for each: code
     generated once per bound kernel can depend on what was generated before.)"""
     m, n, k = 1000, 776, 336
-    a, b, g = (torch.randn(s, dtype=torch.bfloat16) for s in ((m, k), (k, n), (m, n)))
+    a, b, g = (
+        torch.randn(s, dtype=torch.bfloat16, device=DEVICE) for s in ((m, k), (k, n), (m, n))
+    )
     tensor_descriptors = [
         c for c in model.MODEL_CANDIDATES if c.config.get("indexing") == "tensor_descriptor"
     ]
