@@ -21,6 +21,7 @@ import torch
 import triton
 
 from helion_ops import configs, kernel
+from helion_ops.candidates import flattened
 from helion_ops.tune import operands, parse_shape
 
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if split is not None:
                 row["predicted"] = split[0] / model.best_plain(product)[0]
-                row["flattened"] = any(split[1].config.get("range_flattens") or [])
+                row["flattened"] = flattened(split[1])
                 row["split_us"] = bench(
                     lambda a=a, b=b, r=split[2]: kernel.launch_last_wave(None, a, b, 1.0, 0.0, r)
                 )

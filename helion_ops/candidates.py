@@ -47,6 +47,11 @@ def config(
     )
 
 
+def flattened(candidate: helion.Config) -> bool:
+    """Whether a config flattens a persistent loop (``config``'s ``flatten``)."""
+    return any(candidate.config.get("range_flattens") or [])
+
+
 # Large outputs: the tile shapes of cuBLAS's and Triton's Hopper matmuls, tensor descriptors.
 CANDIDATES = [
     config(128, 256, 64, 8, 3, "persistent_interleaved"),

@@ -40,7 +40,7 @@ import torch
 from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
-from helion_ops.candidates import SMALL_OUTPUT, split_config
+from helion_ops.candidates import SMALL_OUTPUT, flattened, split_config
 from helion_ops.model import (
     LINE_BYTES,
     TRANSPOSED_PLAIN,
@@ -566,9 +566,9 @@ def fit_for_bias(config: helion.Config, itemsize: int) -> helion.Config:
     unflattened, which fits; smaller ones (128x128x64 in 4 stages: 128 + 32 + 32 KiB) keep
     the flattened loop, which on short K loops is most of their speed.
     """
-    settings = config.config
-    if not any(settings.get("range_flattens") or []):
+    if not flattened(config):
         return config
+    settings = config.config
     bm, bn, bk = settings["block_sizes"][:3]
     operands = settings["num_stages"] * (bm * bk + bk * bn)
     programs = settings.get("num_sm_multiplier", 1)  # persistent programs that share an SM

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import helion
 import torch
 
-from helion_ops.candidates import config
+from helion_ops.candidates import config, flattened
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -316,8 +316,7 @@ class Model:
         split = self.best_split(product)
         if split is None:
             return (*plain, product.m)
-        flattened = any(split[1].config.get("range_flattens") or [])
-        gain = LAST_WAVE_GAIN_FLATTENED if flattened else LAST_WAVE_GAIN
+        gain = LAST_WAVE_GAIN_FLATTENED if flattened(split[1]) else LAST_WAVE_GAIN
         if split[0] <= gain * plain_factor * plain[0]:
             return split
         return (*plain, product.m)

@@ -52,6 +52,7 @@ from helion_ops.candidates import (
     SMALL_CANDIDATES,
     SMALL_OUTPUT,
     SPLIT_CANDIDATES,
+    flattened,
 )
 from helion_ops.kernel import (
     _kernel_for,
@@ -224,7 +225,7 @@ def describe(config: helion.Config) -> str:
     c = dict(config)
     words = [str(c["block_sizes"]), f"w{c['num_warps']}", f"s{c['num_stages']}"]
     words.append(c.get("pid_type", "flat"))
-    if any(c.get("range_flattens") or []):
+    if flattened(config):
         words.append("flattened")
     if c.get("num_sm_multiplier", 1) > 1:
         words.append(f"{c['num_sm_multiplier']} per SM")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helion_ops import configs, model, shapes, tune, warmup
-from helion_ops.candidates import config
+from helion_ops.candidates import config, flattened
 
 SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
 VALIDATION_CSV = SHAPE_SETS / "validation.csv"
@@ -303,13 +303,13 @@ def test_a_flattened_candidate_splits_only_where_predicted_to_gain_more():
     (flattened 128x128 tiles) measured 1.02 on the H200, 1508x1536x1536 (flat pointer tiles)
     0.92."""
     shipped = model.shipped_model("sm90")
-    for shape, flattened in [((2560, 2560, 4096), True), ((1508, 1536, 1536), False)]:
+    for shape, is_flattened in [((2560, 2560, 4096), True), ((1508, 1536, 1536), False)]:
         split, candidate, _ = shipped.best_split(product(*shape))
         ratio = split / shipped.best_plain(product(*shape))[0]
         assert model.LAST_WAVE_GAIN_FLATTENED < ratio <= model.LAST_WAVE_GAIN, (shape, ratio)
-        assert any(candidate.config.get("range_flattens") or []) is flattened, shape
+        assert flattened(candidate) is is_flattened, shape
         splits = shipped.plan(product(*shape))[1] < shape[0]
-        assert splits is not flattened, shape
+        assert splits is not is_flattened, shape
 
 
 def test_a_split_must_beat_the_transposed_kernel_where_that_runs_the_product():
