@@ -60,7 +60,6 @@ def test_tensor_descriptor_candidates_load_every_operand_through_descriptors():
             kernel.reset()
             loads = operand_loads_through_descriptors(kernel.bind(args).to_triton_code(config))
             assert loads and all(loads), (kernel.name, candidate, loads)
-        matmul_kernel.reset()
 
 
 def test_operand_layout_and_key():
