@@ -47,6 +47,7 @@ from helion_ops.model import (
     Product,
     k_block,
     shipped_model,
+    split_of,
     tail_split,
 )
 
@@ -362,8 +363,9 @@ def last_wave_config(
 ) -> helion.Config:
     """``last_wave_kernel``'s config: the tile shape and programs (flat or persistent) of
     ``Model.best_split``'s candidate, as the model's coefficients assume, and the tail's K
-    cut in ``tail_split``'s pieces (a power-of-two split giving that block), each a whole
-    number of the tail's K blocks (its loads carry no mask at a piece's end)."""
+    cut in ``tail_split``'s pieces (``split_of`` that block), each a whole number of the
+    tail's K blocks. Its loads carry no mask at a piece's end, and must not need one: Helion
+    1.5 drops that mask from tensor-descriptor loads (wrong sums, NOTES 82)."""
     rows, k = x_full.shape
     m, n = rows + x_tail.shape[0], y.shape[1]
     if not x_full.is_cuda:
@@ -387,7 +389,7 @@ def last_wave_config(
         l2_groupings=[8 if indexing == "tensor_descriptor" else 1, 1],
         range_unroll_factors=[0] * 4,
         range_num_stages=[0] * 4,
-        split_k=helion.next_power_of_2(helion.cdiv(k, block)),  # k_block(k, split) == block
+        split_k=split_of(k, block),
     )
 
 

@@ -175,6 +175,11 @@ def k_block(k: int, split: int) -> int:
     return helion.next_power_of_2(helion.cdiv(k, split))
 
 
+def split_of(k: int, block: int) -> int:
+    """The ``split_k`` whose K block (``k_block``) is ``block``, a power of two."""
+    return helion.next_power_of_2(helion.cdiv(k, block))
+
+
 def tail_split(tiles: int, k: int, sms: int) -> tuple[int, int]:
     """(K block, pieces) for ``tiles`` output tiles: the smallest power-of-two K block (the
     split-K loop's) whose pieces of every tile still fit on the SMs in one round."""

@@ -289,6 +289,16 @@ def test_tail_split_cuts_k_until_the_tail_fills_the_sms():
     assert model.tail_split(1, 256, SMS) == (64, 4)  # never below one K step of 64
 
 
+def test_the_tails_k_pieces_are_the_blocks_tail_split_chose():
+    # last_wave_config's K blocks divide these pieces only if the split gives back the block
+    # (a block overrunning its piece reads the next one: Helion drops that tensor-descriptor
+    # load's mask).
+    for k in (1, 15, 63, 64, 65, 129, 1000, 1025, 2960, 4097, 12345, 65537):
+        for tiles in (1, 7, 40, 66, 131, 132, 500):
+            block, _ = model.tail_split(tiles, k, SMS)
+            assert model.k_block(k, model.split_of(k, block)) == block, (k, tiles)
+
+
 def test_last_wave_keeps_whole_waves_and_splits_the_rest():
     # 2960^3 in 128x256 tiles: 24 x 12 = 288 tiles, 2 whole waves of 132 are 22 tile rows.
     assert model.last_wave(BIG, 2960, 2960, 2960, SMS) == (22 * 128, 3, 2 * 47 + 16)
