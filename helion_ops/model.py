@@ -176,8 +176,9 @@ def k_block(k: int, split: int) -> int:
 
 
 def split_of(k: int, block: int) -> int:
-    """The ``split_k`` whose K block (``k_block``) is ``block``, a power of two."""
-    return helion.next_power_of_2(helion.cdiv(k, block))
+    """The ``split_k`` whose K block (``k_block``) is ``block``, a power of two: the same
+    rounding, K over the block instead of over the split."""
+    return k_block(k, block)
 
 
 def tail_split(tiles: int, k: int, sms: int) -> tuple[int, int]:
@@ -319,11 +320,10 @@ class Model:
         if plain is None:
             return None
         split = self.best_split(product)
-        if split is None:
-            return (*plain, product.m)
-        gain = LAST_WAVE_GAIN_FLATTENED if flattened(split[1]) else LAST_WAVE_GAIN
-        if split[0] <= gain * plain_factor * plain[0]:
-            return split
+        if split is not None:
+            gain = LAST_WAVE_GAIN_FLATTENED if flattened(split[1]) else LAST_WAVE_GAIN
+            if split[0] <= gain * plain_factor * plain[0]:
+                return split
         return (*plain, product.m)
 
     def predict_pair(self, index: int, first: Product, second: Product) -> float | None:
