@@ -142,19 +142,14 @@ def _forward(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], cudagr
 
 
 def _warm_up(fn, inputs: list[torch.Tensor], mode: str, cudagraph: bool) -> None:
-    """On a GPU, three passes before the compared one, as the tritonbench plugin makes: the
-    first compiles while helion_ops' C++ path (``helion_ops.native``, built on first use) may
-    still be building; with it loaded, it learns a key from the second and the backward's
-    launches from the third, so that what is timed is what a training loop runs (the other
-    backends merely run three times more). Under CUDA graphs, whose captures take the Python
-    path, nothing waits for the build."""
+    """On a GPU, the passes before the compared one that the tritonbench plugin makes
+    (``helion_ops.native.warm_up_passes``: they also teach helion_ops' C++ path its key and
+    backward; the other backends merely run as often)."""
     if not inputs[0].is_cuda:
         return
     from helion_ops import native  # as functions(): late
 
-    for done in range(3):
-        if done == 1 and not cudagraph:
-            native.ready(inputs[0])
+    for _ in native.warm_up_passes(inputs[0], cudagraph):
         with torch.no_grad() if mode == "fwd_no_grad" else contextlib.nullcontext():
             y = _forward(fn, inputs, cudagraph and mode == "bwd")
         if mode in BWD_MODES:

@@ -32,12 +32,15 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import triton
 
 from helion_ops import plans
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 module: Any = None  # the loaded extension, once built
 started = False
@@ -82,6 +85,18 @@ def ready(t: object, timeout: float | None = 600) -> bool:
     if started and not _built.wait(timeout):
         warnings.warn("helion_ops: the C++ fast path is still building", stacklevel=2)
     return module is not None
+
+
+def warm_up_passes(t: object, graphs: bool) -> Iterator[None]:
+    """The passes a tool runs before it times calls on ``t`` (the tritonbench plugin, the
+    built-in harness): a first that compiles the kernels while the extension may still be
+    building, then, with it loaded, one that teaches it the key and one the backward's
+    launches, so that what is timed is what a training loop runs. Under CUDA graphs, whose
+    captures take the Python path (the extension refuses them), nothing waits for the build."""
+    for done in range(3):
+        if done == 1 and not graphs:
+            ready(t)
+        yield
 
 
 def _build() -> None:

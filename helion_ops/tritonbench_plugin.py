@@ -75,17 +75,12 @@ def _warmed_up(
 ) -> Callable[[], torch.Tensor]:
     # The harness times fn right away: compile the forward now, and the backward's kernels
     # too when there is a graph, then leave the inputs' grads as they were given. Under CUDA
-    # graphs on the backends' forward stream, where the inputs' grads accumulate. A first
-    # pass compiles the kernels while helion_ops' C++ path (helion_ops.native, begun at
-    # registration) may still be building; then two with it loaded: the first teaches it the
-    # key, the second the backward's launches, so that what is timed is what a training loop
-    # runs. Captures take the Python path (the C++ one refuses them): under CUDA graphs
-    # nothing timed waits for the build.
+    # graphs on the backends' forward stream, where the inputs' grads accumulate. The passes
+    # also teach helion_ops' C++ path (begun at registration) the key and the backward
+    # (native.warm_up_passes).
     graphs = getattr(operator, "use_cuda_graphs", False)
     with stream_a_graph_capture_can_join(graphs):
-        for done in range(3):
-            if done == 1 and not graphs:
-                native.ready(inputs[-1])
+        for _ in native.warm_up_passes(inputs[-1], graphs):
             out = fn()
             if out.requires_grad:
                 # ones_like, not randn_like: the inputs of later shapes come from the same RNG.
