@@ -20,7 +20,7 @@ import sys
 import torch
 import triton
 
-from helion_ops import configs, kernel
+from helion_ops import configs, kernel, table
 from helion_ops.candidates import flattened
 from helion_ops.tune import operands, parse_shape
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks.wave_split needs a CUDA GPU", file=sys.stderr)
         return 2
     dtype = getattr(torch, args.dtype)
-    model = configs.shipped_model(configs.gpu_arch(torch.device("cuda")))
+    model = configs.shipped_model(table.gpu_arch(torch.device("cuda")))
     rows = []
     print(
         "product layout rows | predicted split/plain | us: aten plain split | split/plain"

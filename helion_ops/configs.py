@@ -7,9 +7,9 @@ transposed operand gets its own entry. The answer, in order:
 1. ``HELION_OPS_AUTOTUNE=1``: Helion's own autotuner (effort from ``HELION_AUTOTUNE_EFFORT``,
    e.g. ``quick``), cached on disk by Helion.
 2. On a GPU, an exact table entry for (M, N, K, dtype, layout) and the kernel's epilogue:
-   "plain" (``alpha * acc``) or "bias" (addmm's, which loads a bias tile). The user's own
-   table (``user_table_path``: written by ``python -m helion_ops.tune --shape ...``) is
-   read over the shipped one (``tuned/sm90.json``). fp16 falls back to the bf16 entry of the
+   "plain" (``alpha * acc``) or "bias" (addmm's, which loads a bias tile), from
+   ``helion_ops.table`` (the user's own table, written by ``python -m helion_ops.tune --shape
+   ...``, read over the shipped ``tuned/sm90.json``). fp16 falls back to the bf16 entry of the
    same key; a bias epilogue without an entry of its own gets the plain entry, unflattened
    where the bias would not fit in shared memory beside its pipeline (``fit_for_bias``).
    The pair kernel (two products in one launch) has entries of its own, whose layout names
@@ -28,11 +28,8 @@ transposed operand gets its own entry. The answer, in order:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import helion
@@ -50,6 +47,14 @@ from helion_ops.model import (
     split_of,
     tail_split,
 )
+from helion_ops.table import (
+    TableKey,
+    config_key,
+    gpu_arch,
+    operand_layout,
+    product_mnk,
+    tuned_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,96 +64,6 @@ if TYPE_CHECKING:
     from helion_ops.model import Model
 
 AUTOTUNE_ENV = "HELION_OPS_AUTOTUNE"
-# A table of the user's own (JSON, the shipped table's format) read over the shipped one.
-TABLE_ENV = "HELION_OPS_TABLE"
-
-
-def operand_layout(t: torch.Tensor) -> str:
-    """'r' for a row-major operand, 'c' for column-major (a transposed view), 's' otherwise."""
-    if t.stride(1) == 1:
-        return "r"
-    if t.stride(0) == 1:
-        return "c"
-    return "s"
-
-
-def product_mnk(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
-    """(M, N, K) of ``a @ b``."""
-    return a.shape[0], b.shape[1], a.shape[1]
-
-
-def config_key(a: torch.Tensor, b: torch.Tensor, *pair: torch.Tensor) -> tuple:
-    """The table key of ``a @ b``: (M, N, K, dtype name, layout of a and b, e.g. 'rc').
-
-    For two products in one launch (``pair_kernel``: ``a @ b`` and ``pair[0] @ pair[1]``)
-    M, N and K are the first product's and the layout names all four operands, e.g. 'rccr'
-    for the backward's ``grad_out @ b.T`` and ``a.T @ grad_out``, whose first product fixes
-    the second.
-    """
-    dtype = str(a.dtype).removeprefix("torch.")
-    return *product_mnk(a, b), dtype, "".join(operand_layout(t) for t in (a, b, *pair))
-
-
-def portable(config: dict) -> dict:
-    """A plain entry made to fit every epilogue: per-memory-op lists collapsed or left to Helion.
-
-    A plain entry is measured on the ``alpha * acc`` epilogue (loads of x and y, one store);
-    addmm's epilogue adds a load of the bias, so lists with one entry per load or store would
-    be one short. A uniform ``indexing`` list becomes its single value.
-    """
-    config = dict(config)
-    indexing = config.get("indexing")
-    if isinstance(indexing, list):
-        if len(set(indexing)) == 1:
-            config["indexing"] = indexing[0]
-        else:
-            del config["indexing"]
-    for per_op in ("load_eviction_policies", "atomic_indexing"):
-        config.pop(per_op, None)
-    return config
-
-
-TableKey = tuple[int, int, int, str, str, str]
-
-
-def entry_key(entry: dict) -> TableKey:
-    """The key of a table entry: ``config_key``'s fields and the epilogue."""
-    return entry["m"], entry["n"], entry["k"], entry["dtype"], entry["layout"], entry["epilogue"]
-
-
-def user_table_path(arch: str) -> Path:
-    """Where this user's own table for ``arch`` lives: ``$HELION_OPS_TABLE`` if set, else
-    ``$XDG_CACHE_HOME/helion_ops/<arch>.json`` (``~/.cache`` by default). ``python -m
-    helion_ops.tune`` writes there unless told otherwise."""
-    if os.environ.get(TABLE_ENV):
-        return Path(os.environ[TABLE_ENV])
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "helion_ops" / f"{arch}.json"
-
-
-def read_entries(text: str) -> dict[TableKey, helion.Config]:
-    """A table file's entries by key. A plain entry is made ``portable``; a bias entry is
-    measured with the bias load and keeps its per-memory-op lists (x, y, bias, output)."""
-    table = {}
-    for e in json.loads(text)["entries"]:
-        config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
-        table[entry_key(e)] = helion.Config(**config)
-    return table
-
-
-@functools.cache
-def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
-    """The table for a GPU architecture such as 'sm90': the shipped one with the user's own
-    (``user_table_path``) read over it; empty where neither exists.
-
-    Keys are ``config_key`` plus the epilogue ("plain" or "bias").
-    """
-    table = {}
-    shipped = resources.files("helion_ops") / "tuned" / f"{arch}.json"
-    for path in (shipped, user_table_path(arch)):
-        if path.is_file():
-            table.update(read_entries(path.read_text()))
-    return table
 
 
 def interpreter_config(*mnks: tuple[int, int, int]) -> helion.Config:
@@ -179,11 +94,6 @@ def pair_rule(
         pid_type="flat",
         indexing="pointer",
     )
-
-
-def gpu_arch(device: torch.device) -> str:
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
 
 
 def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.Config:

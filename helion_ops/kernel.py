@@ -50,13 +50,13 @@ from helion_ops.configs import (
     last_wave_split,
     model_pair,
     operands_key,
-    product_mnk,
     select_config,
     transposed_pays,
     tuned_pair,
 )
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
 from helion_ops.staging import staged
+from helion_ops.table import product_mnk
 
 if TYPE_CHECKING:
     from collections.abc import Callable

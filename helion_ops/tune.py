@@ -42,7 +42,7 @@ import helion
 import torch
 import triton
 
-from helion_ops import configs
+from helion_ops import configs, table
 from helion_ops.candidates import (
     BIAS_CANDIDATES,
     CANDIDATES,
@@ -286,7 +286,7 @@ def tune_key(
         "dtype": str(dtype).removeprefix("torch."),
         "layout": layout,
         "epilogue": epilogue,
-        "config": configs.portable(dict(best)) if epilogue == "plain" else dict(best),
+        "config": table.portable(dict(best)) if epilogue == "plain" else dict(best),
         "ms": round(best_ms, 5),
         "aten_ms": round(aten_ms, 5),
         "speedup_vs_aten": round(aten_ms / best_ms, 3),
@@ -309,7 +309,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 
 def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
-    table = {
+    written = {
         "device": torch.cuda.get_device_name(),
         "arch": arch,
         "versions": {
@@ -324,7 +324,7 @@ def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
             key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["epilogue"], e["dtype"]),
         ),
     }
-    output.write_text(json.dumps(table, indent=1) + "\n")
+    output.write_text(json.dumps(written, indent=1) + "\n")
 
 
 def parse_gpus(text: str) -> int:
@@ -397,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("helion_ops.tune needs a CUDA GPU", file=sys.stderr)
         return 2
-    arch = configs.gpu_arch(torch.device("cuda"))
-    output = args.output or configs.user_table_path(arch)
-    table = json.loads(output.read_text()) if output.is_file() else {"entries": []}
-    entries = {configs.entry_key(e): e for e in table["entries"]}
+    arch = table.gpu_arch(torch.device("cuda"))
+    output = args.output or table.user_table_path(arch)
+    written = json.loads(output.read_text()) if output.is_file() else {"entries": []}
+    entries = {table.entry_key(e): e for e in written["entries"]}
     keys = [k for k in selected if args.training or args.force or k not in entries]
     if not keys:
         print(f"All {len(selected)} selected keys are in {output} already (--force re-measures)")

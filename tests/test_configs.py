@@ -1,9 +1,8 @@
-"""Config selection: no search unless asked, the table's format, the generated code."""
+"""Config selection: no search unless asked, the rules and the model's choice, the generated code."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
 import helion
 import pytest
@@ -62,16 +61,6 @@ def test_tensor_descriptor_candidates_load_every_operand_through_descriptors():
             assert loads and all(loads), (kernel.name, candidate, loads)
 
 
-def test_operand_layout_and_key():
-    a = torch.randn(8, 4)
-    b = torch.randn(6, 4).T
-    assert configs.config_key(a, b) == (8, 6, 4, "float32", "rc")
-    assert configs.operand_layout(torch.randn(8, 8)[:, ::2]) == "s"
-    # A pair: the first product's sizes, every operand's layout.
-    g = torch.randn(8, 6)
-    assert configs.config_key(g, b.T, a.T, g) == (8, 4, 6, "float32", "rrcr")
-
-
 def test_pair_configs_give_each_product_its_blocks():
     assert configs.interpreter_config((8, 100, 40), (1000, 16, 17)).config["block_sizes"] == [
         *(16, 64, 64),
@@ -104,19 +93,6 @@ def test_autotuning_is_opt_in(monkeypatch):
     monkeypatch.setenv(configs.AUTOTUNE_ENV, "1")
     a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 8, device=DEVICE)
     assert configs.select_config(bound_for(a, b), (a, b)) is sentinel
-
-
-def test_shipped_tables_are_valid(monkeypatch, tmp_path):
-    monkeypatch.setenv(configs.TABLE_ENV, str(tmp_path / "none.json"))  # no user table
-    configs.tuned_table.cache_clear()
-    tuned = configs.resources.files("helion_ops") / "tuned"
-    for path in tuned.iterdir():
-        if path.name.endswith(".json") and not path.name.endswith("_model.json"):
-            data = json.loads(path.read_text())
-            assert {"device", "entries"} <= data.keys()
-            table = configs.tuned_table(path.name.removesuffix(".json"))
-            assert len(table) == len(data["entries"])
-    configs.tuned_table.cache_clear()
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
@@ -168,18 +144,6 @@ def test_split_k_kernel_adds_partial_tiles_atomically():
     config = configs.choose_config(bound, a, b)
     assert config.config["split_k"] == 4
     assert "tl.atomic_add(" in bound.to_triton_code(config)
-
-
-def test_portable_configs_fit_every_epilogue():
-    entry = {
-        "block_sizes": [64, 64, 64],
-        "indexing": ["pointer", "pointer", "pointer"],
-        "load_eviction_policies": ["", ""],
-        "atomic_indexing": [],
-    }
-    assert configs.portable(entry) == {"block_sizes": [64, 64, 64], "indexing": "pointer"}
-    mixed = {"indexing": ["pointer", "tensor_descriptor", "pointer"]}
-    assert configs.portable(mixed) == {}
 
 
 def test_a_config_that_does_not_compile_falls_back_to_helions_default(monkeypatch):

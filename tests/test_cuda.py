@@ -15,7 +15,7 @@ from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import configs, kernel, model, plans
+from helion_ops import configs, kernel, model, plans, table
 
 pytestmark = pytest.mark.cuda
 
@@ -59,12 +59,11 @@ def tuned_entries_and_biases():
     epilogue (``fit_for_bias``) where no bias entry exists; a bias entry serves [m, n] and [n]."""
     if not torch.cuda.is_available():
         return []
-    arch = configs.gpu_arch(torch.device("cuda"))
-    table = configs.tuned_table(arch)
+    entries = table.tuned_table(table.gpu_arch(torch.device("cuda")))
     cases = []
-    for key in sorted(table):
+    for key in sorted(entries):
         pair = len(key[4]) == 4
-        serves_bias = not pair and (key[5] == "bias" or (*key[:5], "bias") not in table)
+        serves_bias = not pair and (key[5] == "bias" or (*key[:5], "bias") not in entries)
         biases = ["none"] * (key[5] == "plain") + ["mn", "n"] * serves_bias
         cases += [pytest.param(key, bias, id=f"{key}-{bias}") for bias in biases]
     return cases
@@ -85,7 +84,7 @@ def test_every_tuned_config_is_correct(key, bias_shape):
         if len(layout) == 4:  # a backward's pair: a @ b, then the product sharing grad_out
             other = make((n, m), dtype, transposed=True).detach()  # b.T or a.T
             pair = (a, b, other, a) if layout == "rccr" else (a, b, b, other)
-            assert configs.config_key(*pair) == key[:5] and configs.tuned_pair(*pair)
+            assert table.config_key(*pair) == key[:5] and configs.tuned_pair(*pair)
             first, second = kernel.launch_mm_pair(*pair)
             want = pair[2].double() @ pair[3].double()
             assert_matches(f"{key} second", second, torch.matmul(*pair[2:]), want)
@@ -96,7 +95,7 @@ def test_every_tuned_config_is_correct(key, bias_shape):
             bias = make((m, n) if bias_shape == "mn" else (n,), dtype).detach()
             got, same_dtype, want = helion_ops.addmm(bias, a, b), torch.addmm(bias, a, b), bias
     if len(layout) == 2:
-        assert configs.config_key(a, b) == key[:5]
+        assert table.config_key(a, b) == key[:5]
     assert_matches(f"{key} bias {bias_shape}", got, same_dtype, want + a.double() @ b.double())
 
 
@@ -340,7 +339,7 @@ def test_a_kernel_first_compiled_in_another_thread_runs_in_this_one():
     kernel.reset()
     a = make((4096, 4096), torch.bfloat16, transposed=True).detach()
     b = make((4096, 4096), torch.bfloat16).detach()
-    assert configs.config_key(a, b)[-1] == "cr"
+    assert table.config_key(a, b)[-1] == "cr"
     outputs = {}
     thread = threading.Thread(target=lambda: outputs.update(other=helion_ops.matmul(a, b)))
     thread.start()
@@ -525,7 +524,7 @@ def test_an_entry_for_the_product_and_its_epilogue_keeps_it_plain(monkeypatch):
     only where it beats the transposed kernel."""
     a = torch.empty(992, 992, dtype=torch.bfloat16, device="cuda")
     b = torch.empty(992, 1000, dtype=torch.bfloat16, device="cuda")
-    key = (*configs.config_key(a, b), "bias")
+    key = (*table.config_key(a, b), "bias")
     entry = helion.Config(block_sizes=[64, 128, 64], num_warps=4, num_stages=3)
     assert configs.transposed_pays(a, b, "plain") and configs.transposed_pays(a, b, "bias")
     monkeypatch.setattr(configs, "tuned_table", lambda arch: {key: entry})

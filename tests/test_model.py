@@ -6,7 +6,6 @@ import csv
 import json
 from pathlib import Path
 
-import helion
 import pytest
 import torch
 
@@ -197,50 +196,6 @@ def test_tensor_descriptor_alignment():
     assert not configs.tma_aligned(torch.empty(64, 41, dtype=torch.bfloat16))  # 82-byte rows
     assert not configs.tma_aligned(rows[:, 1:])  # base 2 bytes past an aligned one
     assert not configs.tma_aligned(rows[:, ::2])  # no unit stride
-
-
-def test_user_table_is_read_over_the_shipped_one(tmp_path, monkeypatch):
-    key = (1536, 1536, 1536, "bfloat16", "rr", "plain")
-    entry = {
-        "m": 1536,
-        "n": 1536,
-        "k": 1536,
-        "dtype": "bfloat16",
-        "layout": "rr",
-        "epilogue": "plain",
-        "config": dict(SMALL),
-    }
-    shipped_key = next(
-        iter(
-            configs.read_entries(
-                (Path(configs.__file__).parent / "tuned" / "sm90.json").read_text()
-            )
-        )
-    )
-    override = {
-        **entry,
-        **dict(zip(("m", "n", "k", "dtype", "layout", "epilogue"), shipped_key, strict=True)),
-    }
-    path = tmp_path / "mine.json"
-    path.write_text(json.dumps({"entries": [entry, override]}))
-    monkeypatch.setenv(configs.TABLE_ENV, str(path))
-    configs.tuned_table.cache_clear()
-    try:
-        table = configs.tuned_table("sm90")
-        assert table[key] == helion.Config(**configs.portable(dict(SMALL)))
-        assert table[shipped_key] == helion.Config(**configs.portable(dict(SMALL)))
-        assert len(table) > 2  # the shipped entries are still there
-    finally:
-        monkeypatch.delenv(configs.TABLE_ENV)
-        configs.tuned_table.cache_clear()
-
-
-def test_user_table_path_defaults_to_the_cache_folder(monkeypatch, tmp_path):
-    monkeypatch.delenv(configs.TABLE_ENV, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert configs.user_table_path("sm90") == tmp_path / "helion_ops" / "sm90.json"
-    monkeypatch.setenv(configs.TABLE_ENV, "/x/y.json")
-    assert configs.user_table_path("sm90") == Path("/x/y.json")
 
 
 def test_tune_takes_any_shape_and_refuses_an_empty_selection(capsys):

@@ -1,0 +1,113 @@
+"""The tuned table: its keys, its files and the user's own table over the shipped one.
+
+An entry is an exact config for one (M, N, K, dtype, operand layout, epilogue), measured by
+``python -m helion_ops.tune``. ``helion_ops.configs`` decides with it (entries override the
+wave model); this module only names, reads and finds them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import helion
+import torch
+
+# A table of the user's own (JSON, the shipped table's format) read over the shipped one.
+TABLE_ENV = "HELION_OPS_TABLE"
+
+
+def operand_layout(t: torch.Tensor) -> str:
+    """'r' for a row-major operand, 'c' for column-major (a transposed view), 's' otherwise."""
+    if t.stride(1) == 1:
+        return "r"
+    if t.stride(0) == 1:
+        return "c"
+    return "s"
+
+
+def product_mnk(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """(M, N, K) of ``a @ b``."""
+    return a.shape[0], b.shape[1], a.shape[1]
+
+
+def config_key(a: torch.Tensor, b: torch.Tensor, *pair: torch.Tensor) -> tuple:
+    """The table key of ``a @ b``: (M, N, K, dtype name, layout of a and b, e.g. 'rc').
+
+    For two products in one launch (``pair_kernel``: ``a @ b`` and ``pair[0] @ pair[1]``)
+    M, N and K are the first product's and the layout names all four operands, e.g. 'rccr'
+    for the backward's ``grad_out @ b.T`` and ``a.T @ grad_out``, whose first product fixes
+    the second.
+    """
+    dtype = str(a.dtype).removeprefix("torch.")
+    return *product_mnk(a, b), dtype, "".join(operand_layout(t) for t in (a, b, *pair))
+
+
+def portable(config: dict) -> dict:
+    """A plain entry made to fit every epilogue: per-memory-op lists collapsed or left to Helion.
+
+    A plain entry is measured on the ``alpha * acc`` epilogue (loads of x and y, one store);
+    addmm's epilogue adds a load of the bias, so lists with one entry per load or store would
+    be one short. A uniform ``indexing`` list becomes its single value.
+    """
+    config = dict(config)
+    indexing = config.get("indexing")
+    if isinstance(indexing, list):
+        if len(set(indexing)) == 1:
+            config["indexing"] = indexing[0]
+        else:
+            del config["indexing"]
+    for per_op in ("load_eviction_policies", "atomic_indexing"):
+        config.pop(per_op, None)
+    return config
+
+
+TableKey = tuple[int, int, int, str, str, str]
+
+
+def entry_key(entry: dict) -> TableKey:
+    """The key of a table entry: ``config_key``'s fields and the epilogue."""
+    return entry["m"], entry["n"], entry["k"], entry["dtype"], entry["layout"], entry["epilogue"]
+
+
+def user_table_path(arch: str) -> Path:
+    """Where this user's own table for ``arch`` lives: ``$HELION_OPS_TABLE`` if set, else
+    ``$XDG_CACHE_HOME/helion_ops/<arch>.json`` (``~/.cache`` by default). ``python -m
+    helion_ops.tune`` writes there unless told otherwise."""
+    if os.environ.get(TABLE_ENV):
+        return Path(os.environ[TABLE_ENV])
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "helion_ops" / f"{arch}.json"
+
+
+def read_entries(text: str) -> dict[TableKey, helion.Config]:
+    """A table file's entries by key. A plain entry is made ``portable``; a bias entry is
+    measured with the bias load and keeps its per-memory-op lists (x, y, bias, output)."""
+    table = {}
+    for e in json.loads(text)["entries"]:
+        config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
+        table[entry_key(e)] = helion.Config(**config)
+    return table
+
+
+@functools.cache
+def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
+    """The table for a GPU architecture such as 'sm90': the shipped one with the user's own
+    (``user_table_path``) read over it; empty where neither exists.
+
+    Keys are ``config_key`` plus the epilogue ("plain" or "bias").
+    """
+    table = {}
+    shipped = resources.files("helion_ops") / "tuned" / f"{arch}.json"
+    for path in (shipped, user_table_path(arch)):
+        if path.is_file():
+            table.update(read_entries(path.read_text()))
+    return table
+
+
+def gpu_arch(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
