@@ -1,4 +1,4 @@
-"""Config selection: no search unless asked, the rules and the model's choice, the generated code."""
+"""Config selection: no search unless asked, the rules, the model's choice, the generated code."""
 
 from __future__ import annotations
 
