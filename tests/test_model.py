@@ -208,6 +208,21 @@ def test_tune_takes_any_shape_and_refuses_an_empty_selection(capsys):
     assert "select no key" in capsys.readouterr().err
 
 
+def test_tune_leaves_the_keys_its_table_has(monkeypatch, tmp_path, capsys):
+    """Past the GPU check (faked here): a key already in the output table is not timed again
+    without --force."""
+    keys = tune.keys_of("gemm", [(64, 32, 16)], "bfloat16", None)
+    fields = ("m", "n", "k", "dtype", "layout", "epilogue")
+    entries = [{**dict(zip(fields, key, strict=True)), "config": dict(SMALL)} for key in keys]
+    output = tmp_path / "mine.json"
+    output.write_text(json.dumps({"entries": entries}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune.table, "gpu_arch", lambda device: "sm90")
+    argv = ["--only", "gemm", "--shape", "64x32x16", "--output", str(output)]
+    assert tune.main(argv) == 0
+    assert f"All {len(keys)} selected keys are in" in capsys.readouterr().out
+
+
 def test_tune_gpus_flag():
     assert tune.parse_gpus("all") == 0
     assert tune.parse_gpus("2") == 2
