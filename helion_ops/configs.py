@@ -401,25 +401,33 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
 
 
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """The split-K kernel's config where the table has none: 128x256 tiles, 8 warps, 3
-    stages, and the split of least wave cost. K in ``split`` pieces gives ``tiles * chunks``
-    programs, run in ``ceil(programs / sms)`` rounds of ``K block / 64`` steps plus the
-    atomic add of the fp32 tile (counted as ``ATOMIC_STEPS``). On the table's split-K keys
-    (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives
-    their tuned split (8 and 64), and 16 at 512x512 (tuned: 8 with 128x128 tiles)."""
+    """The split-K kernel's config where the table has none: the tile (``SPLIT_TILES``) and
+    split of least wave cost. K in ``split`` pieces gives ``tiles * chunks`` programs, run in
+    ``ceil(programs / sms)`` rounds of ``K block / 64`` steps plus the atomic add of the fp32
+    tile (counted as ``ATOMIC_STEPS``), each step at the tile's cost. On the table's split-K
+    keys (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this
+    gives their tuned tiles and split (128x256, 8 and 64) but at 512x512 (tuned: 8 with
+    128x128 tiles); on smaller outputs (256x384 to 256x1024, K of 8k to 25k) the 128x128
+    tiles that ran 1.2-1.3x faster on the H200 (NOTES 84)."""
 
-    def cost(split: int) -> tuple[int, int]:
+    def cost(tile: tuple[int, int, int, int, float], split: int) -> tuple[float, int]:
+        bm, bn, _, _, step = tile
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
         block = k_block(k, split)
         programs = tiles * math.ceil(k / block)
         steps = math.ceil(min(block, k) / 64)
-        return math.ceil(programs / sms) * (steps + ATOMIC_STEPS), split
+        return step * math.ceil(programs / sms) * (steps + ATOMIC_STEPS), split
 
-    tiles = math.ceil(m / 128) * math.ceil(n / 256)
-    _, split = min(cost(1 << e) for e in range(7))
-    return split_config(128, 256, 64, split, 3, warps=8)
+    options = [(cost(tile, 1 << e), tile) for tile in SPLIT_TILES for e in range(7)]
+    (_, split), (bm, bn, stages, warps, _) = min(options, key=lambda option: option[0])
+    return split_config(bm, bn, 64, split, stages, warps=warps)
 
 
-# What the split-K kernel's atomic add of one 128x256 fp32 tile costs, in K steps of 64.
+# The split-K rule's tiles: (BM, BN, stages, warps, the cost of one K step of 64). The costs
+# are the wave model's per-step coefficients of the plain kernel's tiles of these shapes
+# (sm90, bf16: 680-713 ns for 128x256, 374-410 for 128x128), relative; on a tie the wider.
+SPLIT_TILES = ((128, 256, 3, 8, 1.8), (128, 128, 4, 4, 1.0))
+# What the split-K kernel's atomic add of one fp32 tile costs, in the tile's K steps of 64.
 ATOMIC_STEPS = 8
 
 
