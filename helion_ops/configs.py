@@ -406,9 +406,9 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     ``ceil(programs / sms)`` rounds of ``K block / 64`` steps plus the atomic add of the fp32
     tile (counted as ``ATOMIC_STEPS``), each step at the tile's cost. On the table's split-K
     keys (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this
-    gives their tuned tiles and split (128x256, 8 and 64) but at 512x512 (tuned: 8 with
-    128x128 tiles); on smaller outputs (256x384 to 256x1024, K of 8k to 25k) the 128x128
-    tiles that ran 1.2-1.3x faster on the H200 (NOTES 84)."""
+    gives their tuned tiles and split (128x256, 8 and 64), not at 512x512 (128x256 in 16;
+    tuned: 128x128 in 8); on smaller outputs (256x384 to 256x1024, K of 8k to 25k) the
+    128x128 tiles that ran 1.2-1.3x faster on the H200 (NOTES 84)."""
 
     def cost(tile: tuple[int, int, int, int, float], split: int) -> tuple[float, int]:
         bm, bn, _, _, step = tile
