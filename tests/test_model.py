@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from pathlib import Path
 
@@ -16,6 +17,9 @@ SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
 VALIDATION_CSV = SHAPE_SETS / "validation.csv"
 # A second held-out set, drawn the same way later (results README: "a second draw").
 SECOND_DRAW_CSV = SHAPE_SETS / "second_draw.csv"
+TRAINING_RECORDS = (
+    SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit" / "training.jsonl.gz"
+)
 
 
 def products(m: int, n: int, k: int) -> set[tuple[int, int, int]]:
@@ -48,6 +52,33 @@ def test_the_check_above_can_fail():
     fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
     assert products(4096, 4096, 4096) & fitted
     assert products(1024, 4096, 1024) & fitted  # its backward's (1024, 1024, 4096) too
+
+
+def training_records() -> list[dict]:
+    """The timings the shipped model was fit to (results README: "the wave model's fit")."""
+    with gzip.open(TRAINING_RECORDS, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_every_timing_fit_is_of_a_training_shape():
+    """The check above holds for what the model was fit to: every record's product is a
+    product of a TRAINING_SHAPE."""
+    fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
+    timed = {(r["m"], r["n"], r["k"]) for r in training_records()}
+    assert timed - fitted == set()
+
+
+def test_the_shipped_model_is_the_fit_of_its_records():
+    shipped = json.loads((Path(configs.__file__).parent / "tuned" / "sm90_model.json").read_text())
+    refit = model.fit(training_records()).to_json()
+    assert len(refit["candidates"]) == len(shipped["candidates"])
+    for ours, theirs in zip(refit["candidates"], shipped["candidates"], strict=True):
+        assert ours["config"] == theirs["config"]
+        assert ours["params"].keys() == theirs["params"].keys()
+        for layout, values in ours["params"].items():
+            assert values == pytest.approx(theirs["params"][layout], rel=1e-6, abs=1e-12)
+        assert ours["unaligned"] == pytest.approx(theirs["unaligned"], rel=1e-6)
+        assert ours["off_lines"] == pytest.approx(theirs["off_lines"], rel=1e-6)
 
 
 SMS = 132
