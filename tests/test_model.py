@@ -17,6 +17,7 @@ SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
 VALIDATION_CSV = SHAPE_SETS / "validation.csv"
 # A second held-out set, drawn the same way later (results README: "a second draw").
 SECOND_DRAW_CSV = SHAPE_SETS / "second_draw.csv"
+TUNED = Path(configs.__file__).parent / "tuned"
 TRAINING_RECORDS = (
     SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit" / "training.jsonl.gz"
 )
@@ -37,7 +38,7 @@ def test_validation_shapes_were_never_fit_or_tuned(path, least):
     """No product of a held-out shape is a product of a training shape or a table key, and
     the second draw repeats no validation shape."""
     fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
-    table = json.loads((Path(configs.__file__).parent / "tuned" / "sm90.json").read_text())
+    table = json.loads((TUNED / "sm90.json").read_text())
     tuned = {(e["m"], e["n"], e["k"]) for e in table["entries"]}
     held_out = validation_shapes(path)
     assert len(held_out) >= least and len(set(held_out)) == len(held_out)
@@ -69,7 +70,7 @@ def test_every_timing_fit_is_of_a_training_shape():
 
 
 def test_the_shipped_model_is_the_fit_of_its_records():
-    shipped = json.loads((Path(configs.__file__).parent / "tuned" / "sm90_model.json").read_text())
+    shipped = json.loads((TUNED / "sm90_model.json").read_text())
     refit = model.fit(training_records()).to_json()
     assert len(refit["candidates"]) == len(shipped["candidates"])
     for ours, theirs in zip(refit["candidates"], shipped["candidates"], strict=True):
