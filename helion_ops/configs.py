@@ -43,6 +43,7 @@ from helion_ops.model import (
     TRANSPOSED_PLAIN,
     Product,
     k_block,
+    pair_of,
     shipped_model,
     split_of,
     tail_split,
@@ -227,23 +228,6 @@ def model_pair(
         config = None if candidate is None else pair_of(candidate)
     _model_pairs[key] = config
     return config
-
-
-def pair_of(candidate: helion.Config) -> helion.Config:
-    """A model candidate as ``pair_kernel``'s config: its tiles for each product, its warps,
-    stages, programs and indexing (no flattening: the pair's programs branch between two
-    K loops)."""
-    c = candidate.config
-    return helion.Config(
-        block_sizes=c["block_sizes"] * 2,
-        num_warps=c["num_warps"],
-        num_stages=c["num_stages"],
-        pid_type=c["pid_type"],
-        indexing=c["indexing"],
-        l2_groupings=c["l2_groupings"] * 2,
-        range_unroll_factors=[0] * 4,
-        range_num_stages=[0] * 4,
-    )
 
 
 def operands_key(a: torch.Tensor, b: torch.Tensor) -> tuple:

@@ -35,7 +35,10 @@ flattened candidate, whose split runs unflattened), that split. A backward's two
 their time run as ``plan`` says, plus, outside CUDA graphs (where each launch also costs
 host time) and for backwards short enough not to hide it, ``EAGER_LAUNCH_MS``: the same
 per-tile times (``a * steps + b`` a tile, one ``c``), with the second product's tiles
-filling the SMs the first one's last wave leaves idle (``busiest_sm``).
+filling the SMs the first one's last wave leaves idle (``busiest_sm``), times one factor per
+candidate for the pair kernel (``pair_of``: unflattened, its programs branching between two K
+loops), the geometric mean of measured over so predicted time on the backwards of the
+training shapes that the model may pair (aligned, neither product split over K).
 """
 
 from __future__ import annotations
@@ -203,6 +206,23 @@ def dense_off_lines(m: int, n: int, k: int, layout: str, itemsize: int) -> tuple
     return a_rows * itemsize % LINE_BYTES != 0, b_rows * itemsize % LINE_BYTES != 0
 
 
+def pair_of(candidate: helion.Config) -> helion.Config:
+    """A model candidate as ``pair_kernel``'s config: its tiles for each product, its warps,
+    stages, programs and indexing (no flattening: the pair's programs branch between two
+    K loops)."""
+    c = candidate.config
+    return helion.Config(
+        block_sizes=c["block_sizes"] * 2,
+        num_warps=c["num_warps"],
+        num_stages=c["num_stages"],
+        pid_type=c["pid_type"],
+        indexing=c["indexing"],
+        l2_groupings=c["l2_groupings"] * 2,
+        range_unroll_factors=[0] * 4,
+        range_num_stages=[0] * 4,
+    )
+
+
 def layout_class(layout: str) -> str:
     """The layout whose fit a product uses: its own for 'rr', 'rc' and 'cr'; 'rr' otherwise."""
     return layout if layout in ("rr", "rc", "cr") else "rr"
@@ -236,12 +256,15 @@ class Model:
         params: Sequence[dict],
         unaligned: Sequence[float | None],
         off_line: Sequence[Sequence[float]] | None = None,
+        paired: Sequence[float] | None = None,
     ) -> None:
         self.candidates = list(candidates)
         self.params = list(params)  # per candidate: {layout: [a, b, c]}
         self.unaligned = list(unaligned)  # per candidate: a factor, or None (never measured)
         # Per candidate: the factors for a's and b's rows off lines (1.0: never measured).
         self.off_line = [list(f) for f in off_line or [(1.0, 1.0)] * len(self.candidates)]
+        # Per candidate: measured over predicted time in the pair kernel (1.0: never measured).
+        self.paired = list(paired or [1.0] * len(self.candidates))
 
     def predict(self, index: int, product: Product) -> float | None:
         """Predicted milliseconds of candidate ``index``, or None where it has no fit."""
@@ -328,7 +351,9 @@ class Model:
 
     def predict_pair(self, index: int, first: Product, second: Product) -> float | None:
         """Predicted milliseconds of candidate ``index`` running both products in one launch
-        (``first``'s tiles first), or None where it has no fit for one of them."""
+        (``first``'s tiles first), or None where it has no fit for one of them: its
+        single-product times of each tile on the busiest SM, times its factor for the pair
+        kernel (``paired``)."""
         candidate, tiles, launch = self.candidates[index], [], 0.0
         bk = candidate.config["block_sizes"][2]
         for product in (first, second):
@@ -340,7 +365,8 @@ class Model:
             count = output_tiles(candidate, product.m, product.n)
             tiles.append((count, factor * (a * math.ceil(product.k / bk) + b)))
             launch = max(launch, factor * c)
-        return busiest_sm(tiles, first.sms, candidate.config.get("pid_type", "flat")) + launch
+        busiest = busiest_sm(tiles, first.sms, candidate.config.get("pid_type", "flat"))
+        return self.paired[index] * (busiest + launch)
 
     def pair(
         self, first: Product, second: Product, tma_only: bool = False, eager: bool = False
@@ -375,9 +401,14 @@ class Model:
             "unaligned, else times off_lines[0] where a's rows are off lines and off_lines[1] "
             "where b's are",
             "candidates": [
-                {"config": dict(c), "params": p, "unaligned": u, "off_lines": f}
-                for c, p, u, f in zip(
-                    self.candidates, self.params, self.unaligned, self.off_line, strict=True
+                {"config": dict(c), "params": p, "unaligned": u, "off_lines": f, "paired": q}
+                for c, p, u, f, q in zip(
+                    self.candidates,
+                    self.params,
+                    self.unaligned,
+                    self.off_line,
+                    self.paired,
+                    strict=True,
                 )
             ],
         }
@@ -390,6 +421,7 @@ class Model:
             [e["params"] for e in entries],
             [e["unaligned"] for e in entries],
             [e.get("off_lines", (1.0, 1.0)) for e in entries],
+            [e.get("paired", 1.0) for e in entries],
         )
 
 
@@ -412,12 +444,9 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
     import numpy as np
     from scipy.optimize import nnls
 
-    keys = [json.dumps(dict(c), sort_keys=True) for c in candidates]
-    mine = [
-        (keys.index(k), r)
-        for r in records
-        if (k := json.dumps(r["config"], sort_keys=True)) in keys
-    ]
+    records = list(records)
+    keys = [_key(c) for c in candidates]
+    mine = [(keys.index(k), r) for r in records if (k := _key(r["config"])) in keys]
     lines = [record_off_lines(r) for _, r in mine]
     rows: dict[tuple[int, str], list[tuple[tuple[int, int, int], float]]] = {}
     for (index, r), off in zip(mine, lines, strict=True):
@@ -452,7 +481,31 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
             x = np.array([p[0] for p in points], dtype=float)
             logs_of_ratio, _ = nnls(x, np.array([p[1] for p in points]))
             off_line[index] = tuple(float(math.exp(v)) for v in logs_of_ratio)
-    return Model(candidates, params, unaligned, off_line)
+    single = Model(candidates, params, unaligned, off_line)
+    paired_logs: list[list[float]] = [[] for _ in candidates]
+    pair_keys = [_key(pair_of(c)) for c in candidates]
+    for r in records:
+        key = _key(r["config"])
+        if len(r["layout"]) == 4 and key in pair_keys:
+            index = pair_keys.index(key)
+            predicted = single.predict_pair(index, *pair_products(r))
+            if predicted:
+                paired_logs[index].append(math.log(r["ms"] / predicted))
+    paired = [math.exp(statistics.fmean(v)) if v else 1.0 for v in paired_logs]
+    return Model(candidates, params, unaligned, off_line, paired)
+
+
+def pair_products(record: dict) -> tuple[Product, Product]:
+    """The two products of a pair's timing record, as ``tune`` times them: layout 'rccr' is
+    ``grad_out @ b.T`` (its M x N x K) then ``a.T @ grad_out`` (N x K x M); 'crrc' is
+    ``a.T @ grad_out`` then ``grad_out @ b.T`` (K x M x N)."""
+    m, n, k, layout = record["m"], record["n"], record["k"], record["layout"]
+    second = (n, k, m) if layout == "rccr" else (k, m, n)
+    itemsize = getattr(torch, record["dtype"]).itemsize
+    return tuple(
+        Product(*mnk, part, record["aligned"], record["sms"], dense_off_lines(*mnk, part, itemsize))
+        for mnk, part in (((m, n, k), layout[:2]), (second, layout[2:]))
+    )
 
 
 def record_off_lines(record: dict) -> tuple[bool, bool]:
@@ -490,11 +543,18 @@ def _main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _key(config: helion.Config | dict) -> str:
+    """A config (or a record's) as a string that compares equal where the config does."""
+    return json.dumps(dict(config), sort_keys=True)
+
+
 def evaluate(records: list[dict]) -> dict:
     """Leave one shape out: for every training shape and layout, the time of the candidate a
-    model fit without that shape chooses, against the best candidate's and aten's."""
+    model fit without that shape chooses, against the best candidate's and aten's; for a
+    backward's pair, the time of what it chooses (one launch of a candidate, or two launches)
+    against the best of these."""
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in records})
-    lines, lost, against_aten = [], [], []
+    lines, lost, against_aten, pairs = [], [], [], []
     for shape in shapes:
         rest = [r for r in records if (r["m"], r["n"], r["k"]) != shape]
         model = fit(rest)
@@ -504,12 +564,26 @@ def evaluate(records: list[dict]) -> dict:
                 for r in records
                 if (r["m"], r["n"], r["k"]) == shape and r["layout"] == layout and r.get("ms")
             ]
-            timed = {json.dumps(r["config"], sort_keys=True): r["ms"] for r in here}
+            timed = {_key(r["config"]): r["ms"] for r in here}
+            if len(layout) == 4:
+                # A backward's pair: one launch of the chosen candidate, or two launches
+                # (as the runtime runs them) where the model predicts one no faster.
+                timed["two"] = here[0]["two_launches_ms"]
+                chosen = model.pair(*pair_products(here[0]))
+                got = timed["two"] if chosen is None else timed.get(_key(pair_of(chosen)))
+                if got is not None:
+                    pairs.append(min(timed.values()) / got)
+                    lines.append(
+                        f"{'x'.join(map(str, shape))} {layout}: chosen {got:.4f} ms "
+                        f"({'two launches' if chosen is None else 'one'}), best "
+                        f"{min(timed.values()):.4f}, two launches {timed['two']:.4f}"
+                    )
+                continue
             best = min(timed.values())
             aligned = here[0].get("aligned", True)
             sms, off_lines = here[0]["sms"], record_off_lines(here[0])
             chosen = model.choose(Product(*shape, layout, aligned, sms, off_lines))
-            got = timed.get(json.dumps(dict(chosen), sort_keys=True)) if chosen else None
+            got = timed.get(_key(chosen)) if chosen else None
             if got is None:
                 continue
             lost.append(best / got)
@@ -528,6 +602,15 @@ def evaluate(records: list[dict]) -> dict:
         "chosen_over_best_min": round(min(lost, default=float("nan")), 3),
         "aten_over_chosen_geomean": round(geomean(against_aten), 3),
         "aten_over_chosen_min": round(min(against_aten, default=float("nan")), 3),
+        **(
+            {
+                "pairs": len(pairs),
+                "pair_chosen_over_best_geomean": round(geomean(pairs), 3),
+                "pair_chosen_over_best_min": round(min(pairs), 3),
+            }
+            if pairs
+            else {}
+        ),
     }
     lines.append(f"held out: {summary}")
     return {"lines": lines, "summary": summary}

@@ -64,7 +64,7 @@ from helion_ops.kernel import (
     wants_pair,
     wants_split_k,
 )
-from helion_ops.model import MODEL_CANDIDATES
+from helion_ops.model import MODEL_CANDIDATES, PAIR_WAVES, output_tiles, pair_of
 from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 
 
@@ -88,11 +88,8 @@ def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], 
         ("g@b.T", (m, k, n), "rc"),
         ("a.T@g", (k, n, m), "cr"),
     ]
-    # The backward's pair, the product with the longer K first (as ``ops`` launches it).
-    if m > n:
-        pair = ("a.T@g, g@b.T", (k, n, m), "crrc")
-    else:
-        pair = ("g@b.T, a.T@g", (m, k, n), "rccr")
+    first, layout = backward_pair(m, n, k)
+    pair = ("a.T@g, g@b.T" if layout == "crrc" else "g@b.T, a.T@g", first, layout)
     if all(
         mm * nn <= MEDIUM_OUTPUT and not wants_split_k(mm, nn, kk)
         for mm, nn, kk in ((m, k, n), (k, n, m))
@@ -123,17 +120,35 @@ def keys_of(
     return keys
 
 
+def backward_pair(m: int, n: int, k: int) -> tuple[tuple[int, int, int], str]:
+    """The (M, N, K) of the first product and the layout of a backward's pair, the product
+    with the longer K first (as ``ops`` launches it)."""
+    return ((k, n, m), "crrc") if m > n else ((m, k, n), "rccr")
+
+
 def training_keys(
     dtype: str, shapes: list[tuple[int, int, int]] | None = None
 ) -> list[tuple[int, int, int, str, str, str]]:
     """The model's training keys: the three single products of every training shape (or of
-    ``shapes``), except those the split-K kernel takes (the model does not choose for it)."""
+    ``shapes``), except those the split-K kernel takes (the model does not choose for it),
+    and the backward's pair where the model may run it in one launch (``configs.model_pair``:
+    aligned sizes, an output larger than ``SMALL_OUTPUT``, neither product split over K)."""
     keys = []
+    elements = 16 // getattr(torch, dtype).itemsize
     for shape in shapes or TRAINING_SHAPES:
         for _, (m, n, k), layout in matmuls_of(*shape)[:3]:
             key = (m, n, k, dtype, layout, "plain")
             if not wants_split_k(m, n, k) and key not in keys:
                 keys.append(key)
+        m, n, k = shape
+        both = ((m, k, n), (k, n, m))
+        if (
+            all(size % elements == 0 for size in shape)
+            and max(mm * nn for mm, nn, _ in both) > SMALL_OUTPUT
+            and not any(wants_split_k(*mnk) for mnk in both)
+        ):
+            (mm, nn, kk), layout = backward_pair(m, n, k)
+            keys.append((mm, nn, kk, dtype, layout, "plain"))
     return keys
 
 
@@ -183,9 +198,15 @@ def _bound(
 
 def _compile_into_cache(job: tuple) -> None:
     """In a worker: compile and launch each config once (on uninitialized operands), so that
-    Triton's on-disk cache holds it; the timing process reports configs that fail."""
+    Triton's on-disk cache holds it; the timing process reports configs that fail. No
+    configs (None): a pair's two launches as the runtime makes them, which ``tune_key``
+    times too."""
     m, n, k, layout, epilogue, dtype_name, config_dicts = job
     bound, args, _ = _bound(m, n, k, layout, epilogue, getattr(torch, dtype_name), torch.empty)
+    if config_dicts is None:
+        launch_mm(*args[:2])
+        launch_mm(*args[2:4])
+        config_dicts = []
     for config in config_dicts:
         try:
             bound.compile_config(helion.Config(**config))(*args)
@@ -210,14 +231,33 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
 
 
+def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion.Config]:
+    """What ``--training`` times on a key: Helion's default and the model's candidates; for
+    a backward's pair, each candidate in the pair kernel (``model.pair_of``) where both
+    products' tiles make at most ``PAIR_WAVES`` waves (``Model.pair``'s own limit)."""
+    m, n, k, _, layout, _ = key
+    if len(layout) == 4:
+        second = (n, k, m) if layout == "rccr" else (k, m, n)
+        return [
+            pair_of(c)
+            for c in MODEL_CANDIDATES
+            if output_tiles(c, m, n) + output_tiles(c, *second[:2]) <= PAIR_WAVES * sms
+        ]
+    return [candidates_of_key(key, dtype)[0], *MODEL_CANDIDATES]
+
+
 def compile_jobs(key: tuple, dtype: torch.dtype, candidates: list):
-    """Work for ``_compile_into_cache``: a key's candidates, two per job."""
+    """Work for ``_compile_into_cache``: a key's candidates, two per job, and a pair's two
+    launches."""
     m, n, k, _, layout, epilogue = key
     dtype_name = str(dtype).removeprefix("torch.")
     dicts = [dict(c) for c in candidates]
-    return [
+    jobs = [
         (m, n, k, layout, epilogue, dtype_name, dicts[i : i + 2]) for i in range(0, len(dicts), 2)
     ]
+    if len(layout) == 4:
+        jobs.append((m, n, k, layout, epilogue, dtype_name, None))
+    return jobs
 
 
 def describe(config: helion.Config) -> str:
@@ -265,7 +305,9 @@ def tune_key(
             run(*args)
             timings.append((bench(lambda run=run: run(*args)), config))
             if record is not None:
-                record(config, timings[-1][0], aten_ms)
+                record(
+                    config, timings[-1][0], aten_ms, **({"two_launches_ms": two_ms} if pair else {})
+                )
         except Exception as error:  # a config the shape cannot take: skip it, say so
             print(f"    skipped {describe(config)}: {type(error).__name__}: {error}"[:300])
     print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
@@ -362,6 +404,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="time the model's candidates on its training grid (or on the --shape shapes) "
         "into RECORDS (JSON lines; fit with python -m helion_ops.model RECORDS); writes no table",
     )
+    parser.add_argument(
+        "--pairs",
+        action="store_true",
+        help="only the keys of backwards' pairs (both products in one launch)",
+    )
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
     parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
@@ -387,10 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         selected = training_keys(args.dtype, args.shape)
     else:
         selected = keys_of(args.only, args.shape, args.dtype, args.epilogue)
+    if args.pairs:
+        selected = [key for key in selected if len(key[4]) == 4]
     if not selected:
         print(
-            "helion_ops.tune: error: the flags select no key to tune "
-            f"(--only {args.only}, --epilogue {args.epilogue}, --shape {args.shape})",
+            "helion_ops.tune: error: the flags select no key to tune (--only "
+            f"{args.only}, --epilogue {args.epilogue}, --pairs {args.pairs}, --shape {args.shape})",
             file=sys.stderr,
         )
         return 2
@@ -440,9 +489,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _add_record(
-    records: list[dict], key: tuple, aligned: bool, sms: int, config, ms: float, aten_ms: float
+    records: list[dict],
+    key: tuple,
+    aligned: bool,
+    sms: int,
+    config,
+    ms: float,
+    aten_ms: float,
+    **more: float,
 ) -> None:
-    """One timing of ``--training``, as ``helion_ops.model.fit`` reads it."""
+    """One timing of ``--training``, as ``helion_ops.model.fit`` reads it (a pair's with
+    ``two_launches_ms``)."""
     m, n, k, dtype, layout, _ = key
     records.append(
         {
@@ -458,6 +515,7 @@ def _add_record(
             "sms": sms,
             "device": torch.cuda.get_device_name(),
             "timing": TIMING,
+            **{name: round(value, 6) for name, value in more.items()},
         }
     )
 
@@ -470,9 +528,9 @@ def tune_keys(
     torch.cuda.set_device(gpu)
     dtype = getattr(torch, args.dtype)
     start = time.monotonic()
+    sms = configs.sm_count(torch.device("cuda", gpu))
     if args.training:
-        default = {k: candidates_of_key(k, dtype)[0] for k in keys}
-        candidates = {k: [default[k], *MODEL_CANDIDATES] for k in keys}
+        candidates = {k: training_candidates(k, dtype, sms) for k in keys}
     else:
         candidates = {key: candidates_of_key(key, dtype) for key in keys}
     jobs = max(1, args.jobs // (args.gpus or torch.cuda.device_count()))
@@ -492,7 +550,6 @@ def tune_keys(
             compiling[key] = [pool.submit(_compile_into_cache, job) for job in work]
     found: dict[tuple, dict | None] = {}
     records: list[dict] = []
-    sms = configs.sm_count(torch.device("cuda", gpu))
     try:
         for i, key in enumerate(keys, 1):
             if time.monotonic() - start > args.budget_s:

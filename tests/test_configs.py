@@ -52,8 +52,8 @@ def test_tensor_descriptor_candidates_load_every_operand_through_descriptors():
             (matmul_kernel, (g, b.T, scaled(1.0)), candidate),
             (matmul_kernel, (a.T, g, scaled(1.0)), candidate),
             (transposed_kernel, (a, b, scaled(1.0)), candidate),
-            (pair_kernel, (g, b.T, a.T, g, scaled(1.0), scaled(1.0)), configs.pair_of(candidate)),
-            (pair_kernel, (a.T, g, g, b.T, scaled(1.0), scaled(1.0)), configs.pair_of(candidate)),
+            (pair_kernel, (g, b.T, a.T, g, scaled(1.0), scaled(1.0)), model.pair_of(candidate)),
+            (pair_kernel, (a.T, g, g, b.T, scaled(1.0), scaled(1.0)), model.pair_of(candidate)),
         ]
         for kernel, args, config in cases:
             kernel.reset()
@@ -357,7 +357,7 @@ def test_tune_keys_cover_each_matmul_once_and_addmms_bias_epilogue():
 
 def test_pair_of_gives_each_product_the_candidates_settings():
     candidate = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
-    pair = configs.pair_of(candidate).config
+    pair = model.pair_of(candidate).config
     assert pair["block_sizes"] == [128, 256, 64, 128, 256, 64]
     assert (pair["num_warps"], pair["num_stages"]) == (8, 3)
     assert (pair["pid_type"], pair["indexing"]) == ("persistent_interleaved", "tensor_descriptor")
@@ -390,6 +390,11 @@ def test_tune_compile_jobs_cover_every_candidate_once():
     shipped = [config for job in jobs for config in job[6]]
     assert shipped == [dict(c) for c in some]
     assert all(helion.Config(**config) == c for config, c in zip(shipped, some, strict=True))
+    # A pair's jobs also compile its two launches (no configs), which tune_key times too.
+    pair_jobs = tune.compile_jobs(
+        (512, 512, 512, "bfloat16", "rccr", "plain"), torch.bfloat16, some
+    )
+    assert [job[6] for job in pair_jobs if job[6] is None] == [None]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def test_the_shipped_model_is_the_fit_of_its_records():
             assert values == pytest.approx(theirs["params"][layout], rel=1e-6, abs=1e-12)
         assert ours["unaligned"] == pytest.approx(theirs["unaligned"], rel=1e-6)
         assert ours["off_lines"] == pytest.approx(theirs["off_lines"], rel=1e-6)
+        assert ours["paired"] == pytest.approx(theirs.get("paired", 1.0), rel=1e-6)
 
 
 SMS = 132
@@ -139,6 +141,74 @@ def test_the_fit_recovers_the_parameters_and_the_alignment_factors():
         assert fitted.params[i]["rr"] == pytest.approx(params[id(candidate)], rel=1e-6, abs=1e-9)
         assert fitted.off_line[i] == pytest.approx(off_line[id(candidate)])
     assert fitted.unaligned == pytest.approx([1.5, 1.1])
+
+
+PAIR_TRUTH = {id(BIG): 1.25, id(SMALL): 0.9}
+
+
+def pair_records() -> tuple[model.Model, list[dict]]:
+    """A model of BIG and SMALL in every layout, and timings that follow it exactly: of
+    single products on a grid of aligned shapes on lines, and of backwards' pairs at
+    ``PAIR_TRUTH`` times their prediction (two launches as planned)."""
+    params = {"rr": [7e-4, 3e-3, 2e-3], "rc": [8e-4, 3e-3, 2e-3], "cr": [9e-4, 4e-3, 2e-3]}
+    small = {layout: [v[0] / 3, v[1] / 3, 0.0] for layout, v in params.items()}
+    truth = model.Model([BIG, SMALL], [params, small], [1.0, 1.0])
+    records = []
+
+    def timing(m, n, k, layout, config, ms, **more):
+        return {
+            **{"m": m, "n": n, "k": k, "layout": layout, "config": dict(config), "ms": ms},
+            **{"dtype": "bfloat16", "aligned": True, "sms": SMS, "aten_ms": ms, **more},
+        }
+
+    for m, n, k in itertools.product((256, 1024, 4096), (512, 2048), (128, 1024, 4096)):
+        for layout in ("rr", "rc", "cr"):
+            for i, candidate in enumerate(truth.candidates):
+                ms = truth.predict(i, product(m, n, k, layout))
+                records.append(timing(m, n, k, layout, candidate, ms))
+    for shape in ((1792, 2816, 1280), (2816, 1792, 3072), (2304, 2304, 2304)):
+        first, second = backward_pair(*shape)
+        key = (first.m, first.n, first.k, "crrc" if shape[0] > shape[1] else "rccr")
+        two = sum(truth.planned(p)[0] for p in (first, second))
+        for i, candidate in enumerate(truth.candidates):
+            ms = PAIR_TRUTH[id(candidate)] * truth.predict_pair(i, first, second)
+            records.append(timing(*key, model.pair_of(candidate), ms, two_launches_ms=two))
+    return truth, records
+
+
+def test_the_fit_recovers_each_candidates_factor_in_the_pair_kernel():
+    truth, records = pair_records()
+    fitted = model.fit(records, [BIG, SMALL])
+    assert fitted.paired == pytest.approx([PAIR_TRUTH[id(BIG)], PAIR_TRUTH[id(SMALL)]])
+    # Each pair record's products are those ``tune`` times (``pair_products``): the factor
+    # comes out exact only if they are.
+    assert model.Model.from_json(fitted.to_json()).paired == fitted.paired
+    first, second = backward_pair(1792, 2816, 1280)
+    for i in range(2):
+        assert fitted.predict_pair(i, first, second) == pytest.approx(
+            PAIR_TRUTH[id(truth.candidates[i])] * truth.predict_pair(i, first, second)
+        )
+    summary = model.evaluate(records)["summary"]
+    assert summary["pairs"] == 3
+    assert summary["pair_chosen_over_best_geomean"] >= model.PAIR_GAIN
+
+
+def test_a_slow_candidate_in_the_pair_kernel_is_not_chosen_for_one_launch():
+    """Where a candidate runs slower in the pair kernel than its single-product times
+    predict, ``Model.pair`` takes it at that time: it is chosen only where it still pays."""
+    first, second = backward_pair(1792, 2816, 1280)
+    shipped = model.shipped_model("sm90")
+    chosen = shipped.pair(first, second)
+    assert chosen is not None
+    index = shipped.candidates.index(chosen)
+    slower = model.Model(
+        shipped.candidates,
+        shipped.params,
+        shipped.unaligned,
+        shipped.off_line,
+        [2.0 if i == index else f for i, f in enumerate(shipped.paired)],
+    )
+    assert slower.pair(first, second) is not chosen
 
 
 def test_off_lines_reads_each_operands_leading_dimension():
@@ -269,22 +339,45 @@ def test_tune_gpus_flag():
             tune.parse_gpus(bad)
 
 
-def test_training_keys_are_single_products_the_model_chooses_for():
+def test_training_keys_are_products_and_pairs_the_model_chooses_for():
     keys = tune.training_keys("bfloat16")
     assert len(keys) == len(set(keys)) > 60
-    assert all(len(k[4]) == 2 and k[5] == "plain" for k in keys)
-    assert not any(tune.wants_split_k(*k[:3]) for k in keys)
+    assert all(k[5] == "plain" for k in keys)
+    singles = [k for k in keys if len(k[4]) == 2]
+    assert not any(tune.wants_split_k(*k[:3]) for k in singles)
+    # Pairs: both products modelled (no split-K), aligned, outputs past ``SMALL_OUTPUT``.
+    pairs = [k for k in keys if len(k[4]) == 4]
+    assert len(pairs) > 30
+    for m, n, k, _, layout, _ in pairs:
+        second = (n, k, m) if layout == "rccr" else (k, m, n)
+        assert not any(tune.wants_split_k(*mnk) for mnk in ((m, n, k), second))
+        assert max(m * n, second[0] * second[1]) > configs.SMALL_OUTPUT
+        assert m % 8 == n % 8 == k % 8 == 0
 
 
 def test_training_keys_of_given_shapes():
-    """``tune --training RECORDS --shape ...`` times those shapes' three products only."""
+    """``tune --training RECORDS --shape ...`` times those shapes' three products, and their
+    backward's pair where the model may run it in one launch, longer K first as ``ops``."""
     keys = tune.training_keys("bfloat16", [(3400, 2304, 1400)])
     assert keys == [
         (3400, 2304, 1400, "bfloat16", "rr", "plain"),
         (3400, 1400, 2304, "bfloat16", "rc", "plain"),
         (1400, 2304, 3400, "bfloat16", "cr", "plain"),
+        (1400, 2304, 3400, "bfloat16", "crrc", "plain"),
     ]
+    assert tune.training_keys("bfloat16", [(1792, 2816, 1280)])[-1] == (
+        1792, 1280, 2816, "bfloat16", "rccr", "plain"
+    )  # fmt: skip
+    # No pair of unaligned sizes (no tensor descriptors), of small outputs (``pair_rule``'s),
+    # or of a product the split-K kernel takes.
+    for shape in ((2500, 1700, 1203), (640, 640, 640), (24576, 512, 1024)):
+        assert all(len(key[4]) == 2 for key in tune.training_keys("bfloat16", [shape]))
     assert tune.parse_args(["--training", "r.jsonl", "--shape", "8x8x8"]).shape == [(8, 8, 8)]
+
+
+def test_tune_pairs_flag_keeps_the_pairs_only(capsys):
+    assert tune.main(["--training", "r.jsonl", "--pairs", "--shape", "640x640x640"]) == 2
+    assert "select no key" in capsys.readouterr().err
 
 
 def test_warmup_reads_tritonbench_shape_files():

@@ -10,7 +10,7 @@ from conftest import DEVICE, DTYPES
 from reference import assert_matches
 
 import helion_ops
-from helion_ops import AddMMFunction, MatMulFunction, configs, kernel
+from helion_ops import AddMMFunction, MatMulFunction, configs, kernel, model
 
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
 
@@ -371,7 +371,7 @@ def test_beyond_wants_pair_the_models_choice_decides(chosen, monkeypatch):
     and the decision is kept for the operands' next call."""
     from helion_ops.candidates import config
 
-    decision = configs.pair_of(config(64, 32, 32, 4, 2, "flat")) if chosen else None
+    decision = model.pair_of(config(64, 32, 32, 4, 2, "flat")) if chosen else None
     asked, launched = [], launches(monkeypatch)
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
     monkeypatch.setattr(
@@ -408,7 +408,7 @@ def test_a_pair_for_eager_calls_only_runs_two_launches_under_a_capture(capture_f
     and a capture have decided, neither asks again."""
     from helion_ops.candidates import config
 
-    pair = configs.pair_of(config(64, 32, 32, 4, 2, "flat"))
+    pair = model.pair_of(config(64, 32, 32, 4, 2, "flat"))
     asked, launched, real_mm = [], launches(monkeypatch), kernel.launch_mm
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
     monkeypatch.setattr(
@@ -482,7 +482,7 @@ def test_pair_kernel_with_a_model_candidate(layout):
     g = make((m, n), torch.float16).detach()
     x = (g, b.T, a.T, g) if layout == "rccr" else (a.T, g, g, b.T)
     args = (*x, kernel.scaled(2.0), kernel.scaled(2.0))
-    config = configs.pair_of(candidates.config(64, 32, 32, 4, 2, "flat"))
+    config = model.pair_of(candidates.config(64, 32, 32, 4, 2, "flat"))
     bound = kernel.pair_kernel.bind(args)
     assert "tensor_descriptor" in bound.to_triton_code(config)
     out1, out2 = bound.compile_config(config)(*args)
