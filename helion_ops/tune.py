@@ -531,6 +531,8 @@ def tune_keys(
     sms = configs.sm_count(torch.device("cuda", gpu))
     if args.training:
         candidates = {k: training_candidates(k, dtype, sms) for k in keys}
+        # A pair of more tiles than the model would run in one launch has none.
+        keys = [k for k in keys if candidates[k]]
     else:
         candidates = {key: candidates_of_key(key, dtype) for key in keys}
     jobs = max(1, args.jobs // (args.gpus or torch.cuda.device_count()))

@@ -375,6 +375,19 @@ def test_training_keys_of_given_shapes():
     assert tune.parse_args(["--training", "r.jsonl", "--shape", "8x8x8"]).shape == [(8, 8, 8)]
 
 
+def test_training_times_a_pair_on_the_candidates_the_model_may_run_it_with():
+    """Each candidate in the pair kernel, where both products' tiles make at most
+    ``PAIR_WAVES`` waves; none for a pair beyond that for every candidate."""
+    key = (1792, 1280, 2816, "bfloat16", "rccr", "plain")
+    timed = tune.training_candidates(key, torch.bfloat16, SMS)
+    within = [c for c in model.MODEL_CANDIDATES if model.pair_of(c) in timed]
+    assert timed == [model.pair_of(c) for c in within]
+    assert len(within) == 10  # 64x32 tiles: 1120 + 1760, beyond 16 waves of 132
+    assert (
+        tune.training_candidates((3328, 6144, 9728, "bfloat16", "rccr", "plain"), None, SMS) == []
+    )
+
+
 def test_tune_pairs_flag_keeps_the_pairs_only(capsys):
     assert tune.main(["--training", "r.jsonl", "--pairs", "--shape", "640x640x640"]) == 2
     assert "select no key" in capsys.readouterr().err
