@@ -35,10 +35,10 @@ flattened candidate, whose split runs unflattened), that split. A backward's two
 their time run as ``plan`` says, plus, outside CUDA graphs (where each launch also costs
 host time) and for backwards short enough not to hide it, ``EAGER_LAUNCH_MS``: the same
 per-tile times (``a * steps + b`` a tile, one ``c``), with the second product's tiles
-filling the SMs the first one's last wave leaves idle (``busiest_sm``), times one factor per
-candidate for the pair kernel (``pair_of``: unflattened, its programs branching between two K
-loops), the geometric mean of measured over so predicted time on the backwards of the
-training shapes that the model may pair (aligned, neither product split over K).
+filling the SMs the first one's last wave leaves idle (``busiest_sm``). The training grid's
+backwards that the model may pair are timed in one launch of each candidate as well
+(``pair_of``), to report how that choice holds on pairs left out (``evaluate``); a factor
+per candidate for the pair kernel, fit on them, chose no better there (NOTES 86).
 """
 
 from __future__ import annotations
@@ -256,15 +256,12 @@ class Model:
         params: Sequence[dict],
         unaligned: Sequence[float | None],
         off_line: Sequence[Sequence[float]] | None = None,
-        paired: Sequence[float] | None = None,
     ) -> None:
         self.candidates = list(candidates)
         self.params = list(params)  # per candidate: {layout: [a, b, c]}
         self.unaligned = list(unaligned)  # per candidate: a factor, or None (never measured)
         # Per candidate: the factors for a's and b's rows off lines (1.0: never measured).
         self.off_line = [list(f) for f in off_line or [(1.0, 1.0)] * len(self.candidates)]
-        # Per candidate: measured over predicted time in the pair kernel (1.0: never measured).
-        self.paired = list(paired or [1.0] * len(self.candidates))
 
     def predict(self, index: int, product: Product) -> float | None:
         """Predicted milliseconds of candidate ``index``, or None where it has no fit."""
@@ -351,9 +348,7 @@ class Model:
 
     def predict_pair(self, index: int, first: Product, second: Product) -> float | None:
         """Predicted milliseconds of candidate ``index`` running both products in one launch
-        (``first``'s tiles first), or None where it has no fit for one of them: its
-        single-product times of each tile on the busiest SM, times its factor for the pair
-        kernel (``paired``)."""
+        (``first``'s tiles first), or None where it has no fit for one of them."""
         candidate, tiles, launch = self.candidates[index], [], 0.0
         bk = candidate.config["block_sizes"][2]
         for product in (first, second):
@@ -365,8 +360,7 @@ class Model:
             count = output_tiles(candidate, product.m, product.n)
             tiles.append((count, factor * (a * math.ceil(product.k / bk) + b)))
             launch = max(launch, factor * c)
-        busiest = busiest_sm(tiles, first.sms, candidate.config.get("pid_type", "flat"))
-        return self.paired[index] * (busiest + launch)
+        return busiest_sm(tiles, first.sms, candidate.config.get("pid_type", "flat")) + launch
 
     def pair(
         self, first: Product, second: Product, tma_only: bool = False, eager: bool = False
@@ -401,14 +395,9 @@ class Model:
             "unaligned, else times off_lines[0] where a's rows are off lines and off_lines[1] "
             "where b's are",
             "candidates": [
-                {"config": dict(c), "params": p, "unaligned": u, "off_lines": f, "paired": q}
-                for c, p, u, f, q in zip(
-                    self.candidates,
-                    self.params,
-                    self.unaligned,
-                    self.off_line,
-                    self.paired,
-                    strict=True,
+                {"config": dict(c), "params": p, "unaligned": u, "off_lines": f}
+                for c, p, u, f in zip(
+                    self.candidates, self.params, self.unaligned, self.off_line, strict=True
                 )
             ],
         }
@@ -421,7 +410,6 @@ class Model:
             [e["params"] for e in entries],
             [e["unaligned"] for e in entries],
             [e.get("off_lines", (1.0, 1.0)) for e in entries],
-            [e.get("paired", 1.0) for e in entries],
         )
 
 
@@ -444,7 +432,6 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
     import numpy as np
     from scipy.optimize import nnls
 
-    records = list(records)
     keys = [_key(c) for c in candidates]
     mine = [(keys.index(k), r) for r in records if (k := _key(r["config"])) in keys]
     lines = [record_off_lines(r) for _, r in mine]
@@ -481,18 +468,7 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
             x = np.array([p[0] for p in points], dtype=float)
             logs_of_ratio, _ = nnls(x, np.array([p[1] for p in points]))
             off_line[index] = tuple(float(math.exp(v)) for v in logs_of_ratio)
-    single = Model(candidates, params, unaligned, off_line)
-    paired_logs: list[list[float]] = [[] for _ in candidates]
-    pair_keys = [_key(pair_of(c)) for c in candidates]
-    for r in records:
-        key = _key(r["config"])
-        if len(r["layout"]) == 4 and key in pair_keys:
-            index = pair_keys.index(key)
-            predicted = single.predict_pair(index, *pair_products(r))
-            if predicted:
-                paired_logs[index].append(math.log(r["ms"] / predicted))
-    paired = [math.exp(statistics.fmean(v)) if v else 1.0 for v in paired_logs]
-    return Model(candidates, params, unaligned, off_line, paired)
+    return Model(candidates, params, unaligned, off_line)
 
 
 def pair_products(record: dict) -> tuple[Product, Product]:
