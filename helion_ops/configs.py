@@ -407,6 +407,20 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     return split_config(bm, bn, 64, split, stages, warps=warps)
 
 
+def splits_k(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the split-K kernel's config for ``a @ b`` cuts K at all: False where it would
+    be ``split_rule``'s with one piece (no table entry; fp16 and bf16 on a GPU with a model),
+    whose zeroed fp32 sums, atomic adds and cast the plain kernel does without (e.g. the LM
+    head's ``grad_out @ b.T`` at 2048 tokens and a vocabulary of 50304: 128 tiles of 128x128
+    already fill the SMs)."""
+    device, dtype = a.device, a.dtype
+    if device.type != "cuda" or dtype == torch.float32 or shipped_model(gpu_arch(device)) is None:
+        return True
+    if table_config(tuned_table(gpu_arch(device)), config_key(a, b), "plain") is not None:
+        return True
+    return split_rule(*product_mnk(a, b), sm_count(device)).config["split_k"] > 1
+
+
 # The split-K rule's tiles: (BM, BN, stages, warps, the cost of one K step of 64). The costs
 # are the wave model's per-step coefficients of the plain kernel's tiles of these shapes
 # (sm90, bf16: 680-713 ns for 128x256, 374-410 for 128x128), relative; on a tie the wider.

@@ -5,8 +5,9 @@ output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 ``alpha * acc + beta * bias`` and the backward's ``alpha * acc`` are epilogues, so the scaling
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta. Products
-with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``), whose
-fp32 partial sums need one pass to scale, add the bias and cast. The backward's two products,
+with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``, where
+its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
+the bias and cast. The backward's two products,
 where both are small (``wants_pair``) or the wave model predicts it faster
 (``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop twice, each
 over its own range of programs. fp16/bf16 products whose b rows lie on 16 bytes but not 32
@@ -51,6 +52,7 @@ from helion_ops.configs import (
     model_pair,
     operands_key,
     select_config,
+    splits_k,
     transposed_pays,
     tuned_pair,
 )
@@ -628,6 +630,7 @@ def launch_addmm(
         wants_split_k(m, n, k)
         and k_masks_vectorize(a, b)
         and split_k_kernel.settings.ref_mode is RefMode.OFF
+        and splits_k(a, b)
     )
     if split_k and not deterministic:
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))

@@ -328,6 +328,26 @@ def test_split_k_without_an_entry_runs_the_split_rule():
     check_matmul(a, b)
 
 
+def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):
+    """Where ``split_rule`` would cut K in one piece (1536x1024 outputs: 96 tiles of 128x128
+    already fill a wave), the product runs the plain kernel, without the fp32 sums and cast;
+    where it cuts K, the split-K kernel."""
+    from test_ops import launches
+
+    launched = launches(monkeypatch)
+    one = (make((1536, 12288), torch.bfloat16), make((12288, 1024), torch.bfloat16))
+    cut = (make((700, 30000), torch.bfloat16), make((30000, 300), torch.bfloat16))
+    sms = configs.sm_count(one[0].device)
+    assert configs.split_rule(1536, 1024, 12288, sms).config["split_k"] == 1
+    assert kernel.wants_split_k(1536, 1024, 12288) and not configs.splits_k(*one)
+    assert configs.splits_k(*cut)
+    check_matmul(*one)
+    assert launched[0] is kernel.matmul_kernel
+    launched.clear()
+    check_matmul(*cut)
+    assert launched[0] is kernel.split_k_kernel
+
+
 def test_a_kernel_first_compiled_in_another_thread_runs_in_this_one():
     """A backward runs in autograd's thread; what it compiles must also run in the caller's.
 
