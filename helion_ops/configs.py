@@ -412,13 +412,19 @@ def splits_k(a: torch.Tensor, b: torch.Tensor) -> bool:
     be ``split_rule``'s with one piece (no table entry; fp16 and bf16 on a GPU with a model),
     whose zeroed fp32 sums, atomic adds and cast the plain kernel does without (e.g. the LM
     head's ``grad_out @ b.T`` at 2048 tokens and a vocabulary of 50304: 128 tiles of 128x128
-    already fill the SMs)."""
-    device, dtype = a.device, a.dtype
-    if device.type != "cuda" or dtype == torch.float32 or shipped_model(gpu_arch(device)) is None:
+    already fill the SMs). Decided once per table key and device: split-K launches take the
+    launcher's full path on every call."""
+    if not a.is_cuda or a.dtype == torch.float32:
         return True
-    if table_config(tuned_table(gpu_arch(device)), config_key(a, b), "plain") is not None:
+    return _key_splits_k(config_key(a, b), a.device)
+
+
+@functools.cache
+def _key_splits_k(key: tuple, device: torch.device) -> bool:
+    arch = gpu_arch(device)
+    if shipped_model(arch) is None or table_config(tuned_table(arch), key, "plain") is not None:
         return True
-    return split_rule(*product_mnk(a, b), sm_count(device)).config["split_k"] > 1
+    return split_rule(*key[:3], sm_count(device)).config["split_k"] > 1
 
 
 # The split-K rule's tiles: (BM, BN, stages, warps, the cost of one K step of 64). The costs

@@ -461,3 +461,25 @@ def test_tune_keeps_an_entry_only_where_it_beats_the_transposed_kernel(
         False,
     )
     assert (entry is not None) is keeps_entry
+
+
+def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
+    """``splits_k`` on an H200's 132 SMs (faked): 1536x1024 outputs of a K of 12288 make 96
+    tiles of 128x128, a wave already, which ``split_rule`` keeps in one piece; 700x300 of
+    30000 it cuts; a table entry keeps its own split. Off the GPU, the kernel as asked."""
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "tuned_table", lambda arch: {})
+    configs._key_splits_k.cache_clear()
+    one, cut = (1536, 1024, 12288, "bfloat16", "rr"), (700, 300, 30000, "bfloat16", "cr")
+    assert configs.split_rule(*one[:3], 132).config["split_k"] == 1
+    assert not configs._key_splits_k(one, cuda)
+    assert configs._key_splits_k(cut, cuda)
+    entry = configs.split_rule(*one[:3], 132)
+    monkeypatch.setattr(configs, "tuned_table", lambda arch: {(*one, "plain"): entry})
+    configs._key_splits_k.cache_clear()
+    assert configs._key_splits_k(one, cuda)
+    configs._key_splits_k.cache_clear()
+    a, b = torch.empty(1536, 12288, dtype=torch.bfloat16), torch.empty(12288, 1024)
+    assert configs.splits_k(a, b.bfloat16())
