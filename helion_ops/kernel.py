@@ -7,12 +7,11 @@ and the bias cost no extra pass over the output. Scalars and tensors an epilogue
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta. Products
 with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``, where
 its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
-the bias and cast. The backward's two products,
-where both are small (``wants_pair``) or the wave model predicts it faster
-(``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop twice, each
-over its own range of programs. fp16/bf16 products whose b rows lie on 16 bytes but not 32
-run ``transposed_kernel`` where ``configs.transposed_pays``: the same product as
-``(y.T @ x.T).T``, the same epilogues and outputs.
+the bias and cast. The backward's two products, where both are small (``wants_pair``) or the
+wave model predicts it faster (``configs.model_pair``), run in one launch of ``pair_kernel``:
+the same tile loop twice, each over its own range of programs. fp16/bf16 products whose b
+rows lie on 16 bytes but not 32 run ``transposed_kernel`` where ``configs.transposed_pays``:
+the same product as ``(y.T @ x.T).T``, the same epilogues and outputs.
 
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked.

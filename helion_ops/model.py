@@ -471,12 +471,17 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
     return Model(candidates, params, unaligned, off_line)
 
 
-def pair_products(record: dict) -> tuple[Product, Product]:
-    """The two products of a pair's timing record, as ``tune`` times them: layout 'rccr' is
-    ``grad_out @ b.T`` (its M x N x K) then ``a.T @ grad_out`` (N x K x M); 'crrc' is
+def second_of_pair(m: int, n: int, k: int, layout: str) -> tuple[int, int, int]:
+    """The second product's (M, N, K) of a backward's pair whose first is ``m x n x k``:
+    layout 'rccr' is ``grad_out @ b.T`` then ``a.T @ grad_out`` (N x K x M); 'crrc' is
     ``a.T @ grad_out`` then ``grad_out @ b.T`` (K x M x N)."""
+    return (n, k, m) if layout == "rccr" else (k, m, n)
+
+
+def pair_products(record: dict) -> tuple[Product, Product]:
+    """The two products of a pair's timing record, as ``tune`` times them."""
     m, n, k, layout = record["m"], record["n"], record["k"], record["layout"]
-    second = (n, k, m) if layout == "rccr" else (k, m, n)
+    second = second_of_pair(m, n, k, layout)
     itemsize = getattr(torch, record["dtype"]).itemsize
     return tuple(
         Product(*mnk, part, record["aligned"], record["sms"], dense_off_lines(*mnk, part, itemsize))

@@ -21,7 +21,9 @@ written when the run ends (``--budget-s`` ends it in time), with the GPU, versio
 keys already in it are skipped, so a run cut short resumes where it stopped (``--force``
 re-measures them). By default it is the user's own table, which the runtime reads over the
 shipped one: tune the shapes of your own model once. ``--training RECORDS`` instead times the wave
-model's candidates on its training grid, or on the ``--shape`` shapes (``helion_ops.model``).
+model's candidates on its training grid, or on the ``--shape`` shapes (``helion_ops.model``),
+and each of them in the pair kernel on the backwards the model may run in one launch.
+``--pairs`` keeps only the keys of backwards' pairs.
 """
 
 from __future__ import annotations
@@ -64,7 +66,13 @@ from helion_ops.kernel import (
     wants_pair,
     wants_split_k,
 )
-from helion_ops.model import MODEL_CANDIDATES, PAIR_WAVES, output_tiles, pair_of
+from helion_ops.model import (
+    MODEL_CANDIDATES,
+    PAIR_WAVES,
+    output_tiles,
+    pair_of,
+    second_of_pair,
+)
 from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 
 
@@ -220,7 +228,7 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     ``pair_rule``), then ``candidates_for`` (a pair's ``PAIR_CANDIDATES``)."""
     m, n, k, _, layout, epilogue = key
     if len(layout) == 4:
-        second = (n, k, m) if layout == "rccr" else (k, m, n)
+        second = second_of_pair(m, n, k, layout)
         more = PAIR_CANDIDATES if wants_pair((m, n, k), second) else MEDIUM_PAIR_CANDIDATES
         first = configs.pair_rule((m, n, k), second, dtype)
         if torch.cuda.is_available():  # the model's choice needs the GPU's operands
@@ -237,7 +245,7 @@ def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion
     products' tiles make at most ``PAIR_WAVES`` waves (``Model.pair``'s own limit)."""
     m, n, k, _, layout, _ = key
     if len(layout) == 4:
-        second = (n, k, m) if layout == "rccr" else (k, m, n)
+        second = second_of_pair(m, n, k, layout)
         return [
             pair_of(c)
             for c in MODEL_CANDIDATES

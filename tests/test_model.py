@@ -332,7 +332,7 @@ def test_training_keys_are_products_and_pairs_the_model_chooses_for():
     pairs = [k for k in keys if len(k[4]) == 4]
     assert len(pairs) > 30
     for m, n, k, _, layout, _ in pairs:
-        second = (n, k, m) if layout == "rccr" else (k, m, n)
+        second = model.second_of_pair(m, n, k, layout)
         assert not any(tune.wants_split_k(*mnk) for mnk in ((m, n, k), second))
         assert max(m * n, second[0] * second[1]) > configs.SMALL_OUTPUT
         assert m % 8 == n % 8 == k % 8 == 0
