@@ -546,21 +546,23 @@ def evaluate(records: list[dict]) -> dict:
                 if (r["m"], r["n"], r["k"]) == shape and r["layout"] == layout and r.get("ms")
             ]
             timed = {_key(r["config"]): r["ms"] for r in here}
-            if len(layout) == 4:
-                # A backward's pair: one launch of the chosen candidate, or two launches
-                # (as the runtime runs them) where the model predicts one no faster.
+            # A backward's pair: one launch of the chosen candidate, or two launches (as the
+            # runtime runs them) where the model predicts one no faster.
+            pair = len(layout) == 4
+            if pair:
                 timed["two"] = here[0]["two_launches_ms"]
+            best = min(timed.values())
+            if pair:
                 chosen = model.pair(*pair_products(here[0]))
                 got = timed["two"] if chosen is None else timed.get(_key(pair_of(chosen)))
                 if got is not None:
-                    pairs.append(min(timed.values()) / got)
+                    pairs.append(best / got)
                     lines.append(
                         f"{'x'.join(map(str, shape))} {layout}: chosen {got:.4f} ms "
-                        f"({'two launches' if chosen is None else 'one'}), best "
-                        f"{min(timed.values()):.4f}, two launches {timed['two']:.4f}"
+                        f"({'two launches' if chosen is None else 'one'}), best {best:.4f}, "
+                        f"two launches {timed['two']:.4f}"
                     )
                 continue
-            best = min(timed.values())
             aligned = here[0].get("aligned", True)
             sms, off_lines = here[0]["sms"], record_off_lines(here[0])
             chosen = model.choose(Product(*shape, layout, aligned, sms, off_lines))

@@ -481,5 +481,5 @@ def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
     configs._key_splits_k.cache_clear()
     assert configs._key_splits_k(one, cuda)
     configs._key_splits_k.cache_clear()
-    a, b = torch.empty(1536, 12288, dtype=torch.bfloat16), torch.empty(12288, 1024)
-    assert configs.splits_k(a, b.bfloat16())
+    a, b = (torch.empty(size, dtype=torch.bfloat16) for size in ((1536, 12288), (12288, 1024)))
+    assert configs.splits_k(a, b)

@@ -164,7 +164,8 @@ def pair_records() -> list[dict]:
                 records.append(timing(m, n, k, layout, candidate, ms))
     for shape in ((1792, 2816, 1280), (2816, 1792, 3072), (2304, 2304, 2304)):
         first, second = backward_pair(*shape)
-        key = (first.m, first.n, first.k, "crrc" if shape[0] > shape[1] else "rccr")
+        mnk, layout = tune.backward_pair(*shape)
+        key = (*mnk, layout)
         two = sum(truth.planned(p)[0] for p in (first, second))
         for i, candidate in enumerate(truth.candidates):
             ms = truth.predict_pair(i, first, second)
