@@ -463,6 +463,52 @@ def test_tune_keeps_an_entry_only_where_it_beats_the_transposed_kernel(
     assert (entry is not None) is keeps_entry
 
 
+@pytest.mark.parametrize(
+    "warm, chosen",
+    [
+        ({"few stages": 1.00, "more stages": 1.03, "far": 1.20}, "more stages"),
+        ({"few stages": 1.00, "more stages": 1.06, "far": 1.20}, "few stages"),
+        ({"more stages": 1.00, "few stages": 1.02, "far": 1.20}, "more stages"),
+    ],
+)
+def test_tune_breaks_near_ties_by_the_flushed_time(monkeypatch, warm, chosen):
+    """Candidates within NEAR_TIE of the fastest under CUDA graphs are timed flushed, the
+    fastest there wins; one alone is not timed flushed. (Flushed, 'few stages' takes 1.9,
+    'more stages' 1.2, 'far' 0.5: the far one never wins.)"""
+    args = (torch.randn(8, 8), torch.randn(8, 8), scaled(1.0))
+    cold = {"few stages": 1.9, "more stages": 1.2, "far": 0.5}
+    names = {}
+
+    class Bound:
+        def compile_config(self, config):
+            return lambda *args: names[id(config)]
+
+    timed_flushed = []
+
+    def bench_flushed(fn):
+        timed_flushed.append(fn())
+        return cold[fn()]
+
+    monkeypatch.setattr(tune, "_bound", lambda *key: (Bound(), args, lambda: "aten"))
+    monkeypatch.setattr(tune, "bench", lambda fn: {"aten": 2.0, **warm}[fn()])
+    monkeypatch.setattr(tune, "bench_flushed", bench_flushed)
+    monkeypatch.setattr(configs, "transposed_pays", lambda a, b, epilogue: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    candidates = []
+    for i, name in enumerate(warm):
+        config = helion.Config(block_sizes=[16, 16, 16 * (i + 1)], num_warps=4, num_stages=2)
+        names[id(config)] = name
+        candidates.append(config)
+    key = (8, 8, 8, "bfloat16", "rr", "plain")
+    entry = tune.tune_key(key, torch.bfloat16, candidates, False)
+    expected = candidates[list(warm).index(chosen)]
+    assert entry["config"]["block_sizes"] == expected.config["block_sizes"]
+    assert entry["ms"] == warm[chosen]
+    near = [name for name, ms in warm.items() if ms <= tune.NEAR_TIE]
+    assert sorted(timed_flushed) == (sorted(near) if len(near) > 1 else [])
+    assert entry.get("flushed_ms") == (cold[chosen] if len(near) > 1 else None)
+
+
 def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
     """``splits_k`` on an H200's 132 SMs (faked): 1536x1024 outputs of a K of 12288 make 96
     tiles of 128x128, a wave already, which ``split_rule`` keeps in one piece; 700x300 of
