@@ -301,12 +301,18 @@ def describe(config: helion.Config) -> str:
 
 
 def tune_key(
-    key: tuple, dtype: torch.dtype, candidates: list, autotune: bool, record=None
+    key: tuple,
+    dtype: torch.dtype,
+    candidates: list,
+    autotune: bool,
+    record=None,
+    break_ties: bool = True,
 ) -> dict | None:
     """Time every candidate on one key; return the table entry of the fastest, or None for
     a pair that two launches (with their own entries) beat, or for a product that the
     transposed kernel, which it runs without an entry, beats. ``record(config, ms, aten_ms)``,
-    if given, is called with every timing."""
+    if given, is called with every timing. ``break_ties``: near ties (``NEAR_TIE``) timed
+    flushed decide (not for ``--training``, whose records are the times under graphs)."""
     m, n, k, _, layout, epilogue = key
     bound, args, aten = _bound(m, n, k, layout, epilogue, dtype)
     started = time.monotonic()
@@ -338,7 +344,7 @@ def tune_key(
     ranked = sorted(timings, key=lambda t: t[0])
     near = [(ms, config) for ms, config in ranked if ms <= NEAR_TIE * ranked[0][0]]
     flushed = {}
-    if len(near) > 1:
+    if break_ties and len(near) > 1:
         flushed = {id(c): bench_flushed(functools.partial(runs[id(c)], *args)) for _, c in near}
     for ms, config in ranked[:3]:
         cold = f", {flushed[id(config)]:.5f} flushed" if id(config) in flushed else ""
@@ -595,7 +601,7 @@ def tune_keys(
             a, b = operands(m, n, k, layout, dtype, torch.empty)
             aligned = configs.tma_aligned(a, b)
             record = functools.partial(_add_record, records, key, aligned, sms)
-            entry = tune_key(key, dtype, candidates[key], args.autotune, record)
+            entry = tune_key(key, dtype, candidates[key], args.autotune, record, not args.training)
             found[key] = entry
             if entry is not None:
                 print(

@@ -507,6 +507,10 @@ def test_tune_breaks_near_ties_by_the_flushed_time(monkeypatch, warm, chosen):
     near = [name for name, ms in warm.items() if ms <= tune.NEAR_TIE]
     assert sorted(timed_flushed) == (sorted(near) if len(near) > 1 else [])
     assert entry.get("flushed_ms") == (cold[chosen] if len(near) > 1 else None)
+    # --training's timings (break_ties False): the fastest under graphs, nothing flushed.
+    timed_flushed.clear()
+    entry = tune.tune_key(key, torch.bfloat16, candidates, False, break_ties=False)
+    assert entry["ms"] == min(warm.values()) and not timed_flushed
 
 
 def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
