@@ -328,12 +328,12 @@ def tune_key(
         cells = args[2].__closure__ or ()  # the epilogue's: addmm's bias is part of the key
         bias = tuple(c.cell_contents for c in cells if isinstance(c.cell_contents, torch.Tensor))
         transposed_ms = bench(lambda: _run(transposed_kernel, args, bias))
-    timings, runs = [], {}
+    timings = []
     for config in candidates:
         try:
-            run = runs[id(config)] = bound.compile_config(config)
+            run = bound.compile_config(config)
             run(*args)
-            timings.append((bench(lambda run=run: run(*args)), config))
+            timings.append((bench(lambda run=run: run(*args)), config, run))
             if record is not None:
                 record(
                     config, timings[-1][0], aten_ms, **({"two_launches_ms": two_ms} if pair else {})
@@ -342,14 +342,14 @@ def tune_key(
             print(f"    skipped {describe(config)}: {type(error).__name__}: {error}"[:300])
     print(f"    {len(timings)}/{len(candidates)} configs ran in {time.monotonic() - started:.0f} s")
     ranked = sorted(timings, key=lambda t: t[0])
-    near = [(ms, config) for ms, config in ranked if ms <= NEAR_TIE * ranked[0][0]]
+    near = [t for t in ranked if t[0] <= NEAR_TIE * ranked[0][0]]
     flushed = {}
     if break_ties and len(near) > 1:
-        flushed = {id(c): bench_flushed(functools.partial(runs[id(c)], *args)) for _, c in near}
-    for ms, config in ranked[:3]:
+        flushed = {id(c): bench_flushed(functools.partial(run, *args)) for _, c, run in near}
+    for ms, config, _ in ranked[:3]:
         cold = f", {flushed[id(config)]:.5f} flushed" if id(config) in flushed else ""
         print(f"    {ms:.5f} ms ({aten_ms / ms:.3f}x{cold}) {describe(config)}")
-    best_ms, best = min(near, key=lambda t: flushed.get(id(t[1]), t[0]))
+    best_ms, best, _ = min(near, key=lambda t: flushed.get(id(t[1]), t[0]))
     if best is not ranked[0][1]:
         print(f"    fastest flushed of {len(near)} near ties: {describe(best)}")
     if pair and best_ms >= two_ms:
