@@ -37,6 +37,7 @@ import importlib.metadata
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, wait
@@ -416,6 +417,28 @@ def parse_gpus(text: str) -> int:
     return int(text)
 
 
+def parse_layouts(text: str) -> list[str]:
+    """``--layout``: layouts such as 'rc' or 'rccr', comma-separated."""
+    layouts = text.split(",")
+    if not all(re.fullmatch("[rc]{2}|[rc]{4}", layout) for layout in layouts):
+        raise argparse.ArgumentTypeError(f"--layout takes layouts such as rr,rc,rccr, got {text!r}")
+    return layouts
+
+
+def selected_keys(args: argparse.Namespace) -> list[tuple]:
+    """The keys the flags select: the training grid's (``--training``) or the table's, of
+    the ``--shape`` shapes or the standard sets, narrowed by ``--pairs`` and ``--layout``."""
+    if args.training:
+        selected = training_keys(args.dtype, args.shape)
+    else:
+        selected = keys_of(args.only, args.shape, args.dtype, args.epilogue)
+    if args.pairs:
+        selected = [key for key in selected if len(key[4]) == 4]
+    if args.layout:
+        selected = [key for key in selected if key[4] in args.layout]
+    return selected
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
@@ -447,6 +470,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the keys of backwards' pairs (both products in one launch)",
     )
+    parser.add_argument(
+        "--layout",
+        type=parse_layouts,
+        help="only keys of these operand layouts, comma-separated: rr, rc, cr (a product's "
+        "operands row- or column-major), rccr, crrc (a backward's pair)",
+    )
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
     parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
@@ -468,16 +497,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.training:
-        selected = training_keys(args.dtype, args.shape)
-    else:
-        selected = keys_of(args.only, args.shape, args.dtype, args.epilogue)
-    if args.pairs:
-        selected = [key for key in selected if len(key[4]) == 4]
+    selected = selected_keys(args)
     if not selected:
         print(
             "helion_ops.tune: error: the flags select no key to tune (--only "
-            f"{args.only}, --epilogue {args.epilogue}, --pairs {args.pairs}, --shape {args.shape})",
+            f"{args.only}, --epilogue {args.epilogue}, --pairs {args.pairs}, --layout "
+            f"{args.layout}, --shape {args.shape})",
             file=sys.stderr,
         )
         return 2

@@ -300,6 +300,21 @@ def test_tune_takes_any_shape_and_refuses_an_empty_selection(capsys):
     assert "select no key" in capsys.readouterr().err
 
 
+def test_tune_layout_flag_keeps_those_layouts_only(capsys):
+    """``--layout rc,cr`` retunes a shape's 'rc' and 'cr' keys and leaves its others (the
+    targets' 'rr', the pair) as they are."""
+    args = tune.parse_args(["--shape", "1024x1024x1024", "--layout", "rc,cr"])
+    layouts = sorted(key[4] for key in tune.selected_keys(args))
+    assert layouts == ["cr", "rc"]
+    everything = tune.selected_keys(tune.parse_args(["--shape", "1024x1024x1024"]))
+    assert {key[4] for key in everything} == {"rr", "rc", "cr", "rccr"}
+    assert tune.main(["--shape", "1024x1024x1024", "--layout", "crrc"]) == 2
+    assert "--layout ['crrc']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--layout", "rt"])
+    assert "--layout takes layouts such as" in capsys.readouterr().err
+
+
 def test_tune_leaves_the_keys_its_table_has(monkeypatch, tmp_path, capsys):
     """Past the GPU check (faked here): a key already in the output table is not timed again
     without --force."""
