@@ -18,6 +18,8 @@ SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
 VALIDATION_CSV = SHAPE_SETS / "validation.csv"
 # A second held-out set, drawn the same way later (results README: "a second draw").
 SECOND_DRAW_CSV = SHAPE_SETS / "second_draw.csv"
+# A third, drawn the same way on 2026-12-02 (results README: "a third draw").
+THIRD_DRAW_CSV = SHAPE_SETS / "third_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 TRAINING_RECORDS = (
     SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit" / "training.jsonl.gz"
@@ -34,10 +36,12 @@ def validation_shapes(path: Path = VALIDATION_CSV) -> list[tuple[int, int, int]]
         return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
 
 
-@pytest.mark.parametrize("path,least", [(VALIDATION_CSV, 30), (SECOND_DRAW_CSV, 16)], ids=str)
+@pytest.mark.parametrize(
+    "path,least", [(VALIDATION_CSV, 30), (SECOND_DRAW_CSV, 16), (THIRD_DRAW_CSV, 16)], ids=str
+)
 def test_validation_shapes_were_never_fit_or_tuned(path, least):
     """No product of a held-out shape is a product of a training shape or a table key, and
-    the second draw repeats no validation shape."""
+    a later draw repeats no shape of an earlier set."""
     fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
     table = json.loads((TUNED / "sm90.json").read_text())
     tuned = {(e["m"], e["n"], e["k"]) for e in table["entries"]}
@@ -46,8 +50,9 @@ def test_validation_shapes_were_never_fit_or_tuned(path, least):
     for shape in held_out:
         assert not products(*shape) & fitted, f"{shape} is a training point"
         assert not products(*shape) & tuned, f"{shape} is a table key"
-    if path != VALIDATION_CSV:
-        assert not set(held_out) & set(validation_shapes())
+    earlier = [VALIDATION_CSV, SECOND_DRAW_CSV, THIRD_DRAW_CSV]
+    for other in earlier[: earlier.index(path)]:
+        assert not set(held_out) & set(validation_shapes(other)), f"a shape of {other.name}"
 
 
 def test_the_check_above_can_fail():
