@@ -127,7 +127,8 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
-    config = model.choose(model_product(a, b), tma_only=not masks_vectorize(a, b))
+    product, tma_only = model_product(a, b), not masks_vectorize(a, b)
+    config = model.choose(product, tma_only, break_ties=epilogue != "bias")
     if config is None:
         return bound_kernel.config_spec.default_config()
     return fit_for_bias(config, dtype.itemsize) if epilogue == "bias" else config

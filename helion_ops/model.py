@@ -27,9 +27,10 @@ predicted time on the training shapes of such sizes. (The output's rows cost not
 measurable.) ``python -m helion_ops.model`` does the fit and reports how well the choice holds
 on shapes left out of it.
 
-The choice (``Model.plan``): the candidate of least predicted time, or, where a product's
-last wave of tiles leaves SMs idle and splitting it over K in the same launch is predicted
-faster by ``LAST_WAVE_GAIN`` (``last_wave``; ``LAST_WAVE_GAIN_FLATTENED`` for a
+The choice (``Model.plan``): the candidate of least predicted time (``Model.choose``: among
+candidates predicted within ``PREDICTED_TIE`` of it, the fewest output tiles), or, where a
+product's last wave of tiles leaves SMs idle and splitting it over K in the same launch is
+predicted faster by ``LAST_WAVE_GAIN`` (``last_wave``; ``LAST_WAVE_GAIN_FLATTENED`` for a
 flattened candidate, whose split runs unflattened), that split. A backward's two products
 (``Model.pair``) run in one launch where predicted to take at most ``PAIR_GAIN`` times
 their time run as ``plan`` says, plus, outside CUDA graphs (where each launch also costs
@@ -228,6 +229,14 @@ def layout_class(layout: str) -> str:
     return layout if layout in ("rr", "rc", "cr") else "rr"
 
 
+# Candidates predicted within this factor of the fastest are near ties, which the fewest
+# output tiles, then K steps, break (``Model.choose``). The fit sees waves, not bytes:
+# on memory-bound products it predicts tile shapes within 1% that measure 4-7% apart, the
+# larger tile ahead (H200, bf16, call 170, NOTES 93: 196608x256x256 128x128x128 tiles 66.4 us
+# against 128x128x64's 69.3, 4096x32000x512 128x256 247 against 259). On the training
+# records, left out one shape at a time, the choice holds as well as without the rule.
+PREDICTED_TIE = 1.01
+
 NO_LINES = (False, False)
 
 
@@ -280,10 +289,21 @@ class Model:
         offsets = zip(self.off_line[index], product.off_lines, strict=True)
         return math.prod(f for f, off in offsets if off)
 
-    def choose(self, product: Product, tma_only: bool = False) -> helion.Config | None:
-        """The candidate of least predicted time, or None where none has a fit."""
-        plain = self.best_plain(product, tma_only)
-        return None if plain is None else plain[1]
+    def choose(
+        self, product: Product, tma_only: bool = False, break_ties: bool = True
+    ) -> helion.Config | None:
+        """The candidate of least predicted time, or None where none has a fit. Among near
+        ties (within ``PREDICTED_TIE``), where ``break_ties``, the one with the fewest output
+        tiles, then K steps: fewer tiles read each operand fewer times, which the model does
+        not see. (Not for addmm's bias epilogue, where the larger tiles lose their flattened
+        loop: ``configs.fit_for_bias``.)"""
+        times = self._times(product, tma_only)
+        if not times:
+            return None
+        if not break_ties:
+            return self.candidates[min(times)[1]]
+        near = [(t, i) for t, i in times if t <= PREDICTED_TIE * min(times)[0]]
+        return self.candidates[min(near, key=lambda ti: (self._traffic(ti[1], product), ti))[1]]
 
     def best_plain(
         self, product: Product, tma_only: bool = False
@@ -293,13 +313,24 @@ class Model:
         ``tma_only``: among the candidates with tensor descriptors only, where some size
         would not vectorize pointer loads (``configs.masks_vectorize``): the fit, made on
         sizes of whole 16 bytes, does not hold for pointer loads there."""
-        times = [
+        times = self._times(product, tma_only)
+        return (min(times)[0], self.candidates[min(times)[1]]) if times else None
+
+    def _times(self, product: Product, tma_only: bool) -> list[tuple[float, int]]:
+        """(predicted ms, index) of every candidate with a fit (``best_plain``'s
+        ``tma_only``)."""
+        return [
             (t, i)
             for i, candidate in enumerate(self.candidates)
             if not (tma_only and candidate.config.get("indexing") != "tensor_descriptor")
             and (t := self.predict(i, product)) is not None
         ]
-        return (min(times)[0], self.candidates[min(times)[1]]) if times else None
+
+    def _traffic(self, index: int, product: Product) -> tuple[int, int]:
+        """Candidate ``index``'s output tiles and K steps on ``product``."""
+        candidate = self.candidates[index]
+        steps = math.ceil(product.k / candidate.config["block_sizes"][2])
+        return output_tiles(candidate, product.m, product.n), steps
 
     def best_split(self, product: Product) -> tuple[float, helion.Config, int] | None:
         """(predicted ms, candidate, rows in whole waves) of the fastest candidate with its

@@ -16,6 +16,7 @@ from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
 from helion_ops import configs, kernel, model, plans, table
+from helion_ops.candidates import flattened
 
 pytestmark = pytest.mark.cuda
 
@@ -132,6 +133,21 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     chosen = configs.choose_config(bound, a, b)
     assert chosen in model.MODEL_CANDIDATES
     check_matmul(a.requires_grad_(), b.requires_grad_())
+
+
+def test_near_ties_break_to_fewer_tiles_but_a_bias_keeps_its_flattened_tile(monkeypatch):
+    """4096x32128x512 (no entry): the model's near tie goes to 128x256 tiles for the plain
+    epilogue; with addmm's bias those would lose their flattened loop (``fit_for_bias``), so
+    the fastest prediction, 128x128, stays."""
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
+    a = make((4096, 512), torch.bfloat16).detach()
+    b = make((512, 32128), torch.bfloat16).detach()
+    plain = configs.choose_config(kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0))), a, b)
+    assert plain.config["block_sizes"][:2] == [128, 256]
+    epilogue = kernel.scaled_plus_bias(1.0, 1.0, make((4096, 32128), torch.bfloat16).detach())
+    with_bias = configs.choose_config(kernel.matmul_kernel.bind((a, b, epilogue)), a, b)
+    assert with_bias.config["block_sizes"][:2] == [128, 128] and flattened(with_bias)
 
 
 @pytest.fixture

@@ -241,6 +241,32 @@ def test_the_choice_follows_waves():
     )
 
 
+def test_near_ties_go_to_the_fewest_output_tiles():
+    """Within ``PREDICTED_TIE`` of the fastest prediction the candidate with fewer tiles wins
+    (on the H200, call 171: 200000x256x256's forward 69.5 -> 65.0 us, 4096x32128x512's 250
+    -> 239); beyond it, or with ``break_ties`` off, the fastest prediction does."""
+    tie = model.PREDICTED_TIE
+
+    def two(big_ms: float) -> model.Model:
+        return model.Model([SMALL, BIG], [{"rr": [0, 0, 1.0]}, {"rr": [0, 0, big_ms]}], [1, 1])
+
+    shape = product(4096, 4096, 4096)
+    assert two(0.999 * tie).choose(shape) is BIG
+    assert two(0.999 * tie).choose(shape, break_ties=False) is SMALL
+    assert two(1.001 * tie).choose(shape) is SMALL
+    assert two(0.999 * tie).best_plain(shape) == (1.0, SMALL)  # times stay the fastest's
+    shipped = model.shipped_model("sm90")
+    for shape, tile in [
+        ((200000, 256, 256), [128, 128, 128]),
+        ((4096, 32128, 512), [128, 256, 64]),
+    ]:
+        chosen, fastest = shipped.choose(product(*shape)), shipped.best_plain(product(*shape))
+        assert chosen.config["block_sizes"] == tile and chosen is not fastest[1]
+        assert shipped.predict(shipped.candidates.index(chosen), product(*shape)) <= (
+            tie * fastest[0]
+        )
+
+
 def test_the_shipped_model_loads_and_chooses_for_any_shape():
     shipped = model.shipped_model("sm90")
     assert shipped is not None
