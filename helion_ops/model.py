@@ -230,11 +230,12 @@ def layout_class(layout: str) -> str:
 
 
 # Candidates predicted within this factor of the fastest are near ties, which the fewest
-# output tiles, then K steps, break (``Model.choose``). The fit sees waves, not bytes:
-# on memory-bound products it predicts tile shapes within 1% that measure 4-7% apart, the
-# larger tile ahead (H200, bf16, call 170, NOTES 93: 196608x256x256 128x128x128 tiles 66.4 us
-# against 128x128x64's 69.3, 4096x32000x512 128x256 247 against 259). On the training
-# records, left out one shape at a time, the choice holds as well as without the rule.
+# output tiles, then K steps, break (``Model.choose``). The fit sees waves, not bytes: on
+# products of a short K, many bytes a flop, it predicts tile shapes within 1% that measure
+# 4-7% apart, the larger tile ahead (H200, bf16, call 170, NOTES 93: 196608x256x256
+# 128x128x128 tiles 66.4 us against 128x128x64's 69.3, 4096x32000x512 128x256 247 against
+# 259). On the training records, left out one shape at a time, the choice holds as well as
+# without the rule.
 PREDICTED_TIE = 1.01
 
 NO_LINES = (False, False)
