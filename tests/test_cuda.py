@@ -101,7 +101,8 @@ def test_every_tuned_config_is_correct(key, bias_shape):
 
 
 # An aligned and an unaligned shape, neither in the table: every candidate the model may
-# choose must be right on both, with each epilogue it serves (a bias as fit_for_bias makes it).
+# choose must be right on both, with each epilogue it serves (as ``deepened`` and
+# ``fit_for_bias`` make it).
 MODEL_SHAPES = [(1000, 776, 336), (1001, 777, 333)]
 
 
@@ -117,7 +118,7 @@ def test_every_model_candidate_is_correct(index, m, n, k, layout):
     bias = make((m, n), torch.bfloat16).detach()
     want = a.double() @ b.double()
     plain = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
-    got = plain.compile_config(candidate)(a, b, kernel.scaled(1.0))
+    got = plain.compile_config(configs.deepened(candidate, 2))(a, b, kernel.scaled(1.0))
     assert_matches(f"candidate {index} {layout}", got, torch.matmul(a, b), want)
     epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
     with_bias = kernel.matmul_kernel.bind((a, b, epilogue))
@@ -131,7 +132,7 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     b = make((k, n), torch.float16).detach()
     bound = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
     chosen = configs.choose_config(bound, a, b)
-    assert chosen in model.MODEL_CANDIDATES
+    assert chosen in [configs.deepened(c, 2) for c in model.MODEL_CANDIDATES]
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
@@ -148,6 +149,25 @@ def test_near_ties_break_to_fewer_tiles_but_a_bias_keeps_its_flattened_tile(monk
     epilogue = kernel.scaled_plus_bias(1.0, 1.0, make((4096, 32128), torch.bfloat16).detach())
     with_bias = configs.choose_config(kernel.matmul_kernel.bind((a, b, epilogue)), a, b)
     assert with_bias.config["block_sizes"][:2] == [128, 128] and flattened(with_bias)
+
+
+def test_a_flattened_choice_runs_deepened_but_not_with_a_bias_nor_transposed(monkeypatch):
+    """8064x2304x768 (no entry): the model's 128x128x64 flattened tile runs 6 stages in the
+    plain kernel, its own 4 with addmm's bias (whose tile takes the room) and in the
+    transposed kernel (whose store transposes the tile)."""
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
+    a = make((8064, 768), torch.bfloat16).detach()
+    b = make((768, 2304), torch.bfloat16).detach()
+    plain = configs.choose_config(kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0))), a, b)
+    assert plain.config["block_sizes"] == [128, 128, 64] and flattened(plain)
+    assert plain.config["num_stages"] == 6
+    epilogue = kernel.scaled_plus_bias(1.0, 1.0, make((8064, 2304), torch.bfloat16).detach())
+    with_bias = configs.choose_config(kernel.matmul_kernel.bind((a, b, epilogue)), a, b)
+    assert with_bias.config == {**plain.config, "num_stages": 4}
+    x, y = b.T, a.T  # x @ y on the transposed kernel: y.T @ x.T, the same product a @ b
+    bound = kernel.transposed_kernel.bind((x, y, kernel.scaled(1.0)))
+    assert configs.choose_config(bound, x, y) == with_bias
 
 
 @pytest.fixture
