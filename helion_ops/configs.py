@@ -17,8 +17,9 @@ transposed operand gets its own entry. The answer, in order:
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
    shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
-   ``pair_rule``; a flattened candidate runs as many pipeline stages as shared memory holds
-   (``deepened``). fp32 (and GPUs without a model) get Helion's built-in heuristic default.
+   ``pair_rule``; a flattened candidate with a short K loop runs as many pipeline stages as
+   shared memory holds (``deepened``). fp32 (and GPUs without a model) get Helion's built-in
+   heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
@@ -137,7 +138,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
         return fit_for_bias(config, dtype.itemsize)
     # The transposed kernel's store transposes its tile, which may take shared memory of its
     # own: it keeps the candidate's depth.
-    return config if transposed else deepened(config, dtype.itemsize)
+    return config if transposed else deepened(config, dtype.itemsize, product.k)
 
 
 def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
@@ -510,24 +511,30 @@ def fit_for_bias(config: helion.Config, itemsize: int) -> helion.Config:
 
 # The deepest pipeline measured (NOTES 95): 128x128x64 tiles in 6 stages.
 DEEPEST_PIPELINE = 6
+# K loops of at most this many steps are short enough that a deeper pipeline pays (NOTES 95).
+SHORT_K_STEPS = 16
 
 
-def deepened(config: helion.Config, itemsize: int) -> helion.Config:
+def deepened(config: helion.Config, itemsize: int, k: int) -> helion.Config:
     """A flattened persistent config with as many pipeline stages as shared memory holds
-    beside its output tile, up to ``DEEPEST_PIPELINE``; other configs as they are.
+    beside its output tile (up to ``DEEPEST_PIPELINE``) where its K loop is short (at most
+    ``SHORT_K_STEPS``); other configs, and longer loops, as they are.
 
     A flattened loop runs one pipeline through all of a program's tiles, so the next tile's
-    loads overlap this tile's epilogue, and with short K loops and operands not in the L2
-    (tritonbench clears it before each call) the depth of that pipeline sets the speed. On
-    the H200 (bf16, L2 cleared, Helion's own timing, NOTES 95), 128x128x64 tiles took 62.7,
-    51.4, 49.8 and 47.8 us at 8064x2304x768 in 3, 4, 5 and 6 stages; the model's candidate
-    has 4 (its fit was timed with them, so it predicts the deeper tile a little slow). The
-    larger flattened tiles already fill shared memory in 3 stages.
+    loads overlap this tile's epilogue; the shorter the K loop, the more of its time that
+    overlap is. On the H200 (bf16, tritonbench under CUDA graphs, NOTES 95) 128x128x64 tiles
+    in 6 stages rather than 4 ran the forwards of K = 768 (12 steps) 1.7-3% faster, in all 8
+    pairs of runs (8192x2304x768 51.2 -> 49.7-50.1 us, 12608x768x768 29.2 -> 28.7); with K
+    of 3072 to 8192 they moved -2% to +1%. The model's fit was timed at the candidate's own
+    depth, so it predicts the deeper tile a little slow. The larger flattened tiles already
+    fill shared memory in 3 stages.
     """
     if not flattened(config):
         return config
     settings = config.config
     bm, bn, bk = settings["block_sizes"][:3]
+    if math.ceil(k / bk) > SHORT_K_STEPS:
+        return config
     programs = settings.get("num_sm_multiplier", 1)  # persistent programs that share an SM
     room = SHARED_MEMORY_BYTES // (programs * itemsize) - bm * bn  # elements beside the output
     stages = min(DEEPEST_PIPELINE, room // (bm * bk + bk * bn))

@@ -224,23 +224,25 @@ def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened_where_it_would
     assert "range_flattens" not in configs.fit_for_bias(two_per_sm, 2).config
 
 
-def test_a_flattened_candidate_runs_as_many_stages_as_shared_memory_holds():
+def test_a_flattened_candidate_of_short_k_runs_as_many_stages_as_shared_memory_holds():
     """128x128x64 bf16 tiles: 32 KiB a stage beside a 32 KiB output tile, 227 KiB in all: 6
-    stages. The larger flattened tiles fill it in 3 already; unflattened loops, two programs
-    per SM and fp32 keep their depth."""
+    stages for K loops of up to 16 steps (K <= 1024). Longer K loops, the larger flattened
+    tiles (full in 3 stages), unflattened loops, two programs per SM and fp32 keep their
+    depth."""
     small = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
-    deep = configs.deepened(small, 2)
-    assert deep.config == {**small.config, "num_stages": 6}
-    assert configs.deepened(small, 4) is small
+    assert configs.deepened(small, 2, 1024).config == {**small.config, "num_stages": 6}
+    assert configs.deepened(small, 2, 768).config == {**small.config, "num_stages": 6}
+    assert configs.deepened(small, 2, 1025) is small
+    assert configs.deepened(small, 4, 768) is small
     for bm, bn, bk in ((128, 256, 64), (256, 128, 64), (128, 128, 128)):
         large = candidates.config(bm, bn, bk, 8, 3, "persistent_interleaved", flatten=True)
-        assert configs.deepened(large, 2) is large
+        assert configs.deepened(large, 2, 768) is large
     unflattened = candidates.config(128, 128, 64, 4, 3, "flat", "pointer")
-    assert configs.deepened(unflattened, 2) is unflattened
+    assert configs.deepened(unflattened, 2, 768) is unflattened
     two_per_sm = candidates.config(
         128, 128, 64, 8, 2, "persistent_interleaved", flatten=True, sm_multiplier=2
     )
-    assert configs.deepened(two_per_sm, 2) is two_per_sm
+    assert configs.deepened(two_per_sm, 2, 768) is two_per_sm
 
 
 def test_table_lookup_by_epilogue_then_dtype():

@@ -118,7 +118,7 @@ def test_every_model_candidate_is_correct(index, m, n, k, layout):
     bias = make((m, n), torch.bfloat16).detach()
     want = a.double() @ b.double()
     plain = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
-    got = plain.compile_config(configs.deepened(candidate, 2))(a, b, kernel.scaled(1.0))
+    got = plain.compile_config(configs.deepened(candidate, 2, k))(a, b, kernel.scaled(1.0))
     assert_matches(f"candidate {index} {layout}", got, torch.matmul(a, b), want)
     epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
     with_bias = kernel.matmul_kernel.bind((a, b, epilogue))
@@ -132,7 +132,7 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     b = make((k, n), torch.float16).detach()
     bound = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
     chosen = configs.choose_config(bound, a, b)
-    assert chosen in [configs.deepened(c, 2) for c in model.MODEL_CANDIDATES]
+    assert chosen in [configs.deepened(c, 2, k) for c in model.MODEL_CANDIDATES]
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
@@ -152,9 +152,9 @@ def test_near_ties_break_to_fewer_tiles_but_a_bias_keeps_its_flattened_tile(monk
 
 
 def test_a_flattened_choice_runs_deepened_but_not_with_a_bias_nor_transposed(monkeypatch):
-    """8064x2304x768 (no entry): the model's 128x128x64 flattened tile runs 6 stages in the
-    plain kernel, its own 4 with addmm's bias (whose tile takes the room) and in the
-    transposed kernel (whose store transposes the tile)."""
+    """8064x2304x768 (no entry, a K loop of 12 steps): the model's 128x128x64 flattened tile
+    runs 6 stages in the plain kernel, its own 4 with addmm's bias (whose tile takes the
+    room) and in the transposed kernel (whose store transposes the tile)."""
     monkeypatch.setattr(configs, "sm_count", lambda device: 132)
     monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
     a = make((8064, 768), torch.bfloat16).detach()
