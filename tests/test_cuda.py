@@ -153,8 +153,8 @@ def test_near_ties_break_to_fewer_tiles_but_a_bias_keeps_its_flattened_tile(monk
 
 def test_a_flattened_choice_runs_deepened_but_not_with_a_bias_nor_transposed(monkeypatch):
     """8064x2304x768 (no entry, a K loop of 12 steps): the model's 128x128x64 flattened tile
-    runs 6 stages in the plain kernel, its own 4 with addmm's bias (whose tile takes the
-    room) and in the transposed kernel (whose store transposes the tile)."""
+    runs 6 stages in the plain kernel, its own 4 with addmm's bias and in the transposed
+    kernel (whose store transposes the tile)."""
     monkeypatch.setattr(configs, "sm_count", lambda device: 132)
     monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
     a = make((8064, 768), torch.bfloat16).detach()
