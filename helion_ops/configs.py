@@ -523,12 +523,13 @@ def deepened(config: helion.Config, itemsize: int, k: int) -> helion.Config:
     A flattened loop runs one pipeline through all of a program's tiles, so the next tile's
     loads overlap this tile's epilogue; the shorter the K loop, the more of its time that
     overlap is. On the H200 (bf16, tritonbench under CUDA graphs, NOTES 95) 128x128x64 tiles
-    in 6 stages rather than 4 ran the forwards of K = 768 (12 steps) 1.7-3% faster, in all 8
-    pairs of runs (8192x2304x768 51.2 -> 49.7-50.1 us, 12608x768x768 29.2 -> 28.7); with K
-    of 3072 to 8192 they moved -2% to +1%. The model's fit was timed at the candidate's own
-    depth, so it predicts the deeper tile a little slow. The larger flattened tiles already
-    fill shared memory in 3 stages. ``choose_config`` does not deepen a bias epilogue (5
-    stages would fit beside its tile, but were not measured) nor the transposed kernel.
+    in 6 stages rather than 4 ran the forwards of K = 768 (12 steps) 1.7-2.9% faster in all 6
+    pairs of runs, 3 shapes in 2 rounds (8192x2304x768 51.2 -> 49.7-50.1 us, 12608x768x768
+    29.2 -> 28.7); with K of 3072 to 8192 they moved -2% to +1%. The model's fit was timed
+    at the candidate's own depth, so it predicts the deeper tile a little slow. The larger
+    flattened tiles already fill shared memory in 3 stages. ``choose_config`` does not deepen
+    a bias epilogue (5 stages would fit beside its tile, but were not measured) nor the
+    transposed kernel.
     """
     if not flattened(config):
         return config
