@@ -498,15 +498,19 @@ def fit_for_bias(config: helion.Config, itemsize: int) -> helion.Config:
     unflattened, which fits; smaller ones (128x128x64 in 4 stages: 128 + 32 + 32 KiB) keep
     the flattened loop, which on short K loops is most of their speed.
     """
-    if not flattened(config):
+    if not flattened(config) or stages_that_fit(config, itemsize, 2) >= config.config["num_stages"]:
         return config
-    settings = config.config
-    bm, bn, bk = settings["block_sizes"][:3]
-    operands = settings["num_stages"] * (bm * bk + bk * bn)
-    programs = settings.get("num_sm_multiplier", 1)  # persistent programs that share an SM
-    if programs * (operands + 2 * bm * bn) * itemsize <= SHARED_MEMORY_BYTES:
-        return config
-    return helion.Config(**{k: v for k, v in settings.items() if k != "range_flattens"})
+    return helion.Config(**{k: v for k, v in config.config.items() if k != "range_flattens"})
+
+
+def stages_that_fit(config: helion.Config, itemsize: int, tiles: int) -> int:
+    """How many pipeline stages of ``config``'s operand tiles fit in an SM's shared memory
+    beside ``tiles`` tiles of its output's size (the output's, and a bias's), for each of the
+    persistent programs that share the SM."""
+    bm, bn, bk = config.config["block_sizes"][:3]
+    programs = config.config.get("num_sm_multiplier", 1)
+    room = SHARED_MEMORY_BYTES // (programs * itemsize) - tiles * bm * bn  # elements
+    return room // (bm * bk + bk * bn)
 
 
 # The deepest pipeline measured (NOTES 95): 128x128x64 tiles in 6 stages.
@@ -531,18 +535,12 @@ def deepened(config: helion.Config, itemsize: int, k: int) -> helion.Config:
     a bias epilogue (5 stages would fit beside its tile, but were not measured) nor the
     transposed kernel.
     """
-    if not flattened(config):
+    if not flattened(config) or math.ceil(k / config.config["block_sizes"][2]) > SHORT_K_STEPS:
         return config
-    settings = config.config
-    bm, bn, bk = settings["block_sizes"][:3]
-    if math.ceil(k / bk) > SHORT_K_STEPS:
+    stages = min(DEEPEST_PIPELINE, stages_that_fit(config, itemsize, 1))
+    if stages <= config.config["num_stages"]:
         return config
-    programs = settings.get("num_sm_multiplier", 1)  # persistent programs that share an SM
-    room = SHARED_MEMORY_BYTES // (programs * itemsize) - bm * bn  # elements beside the output
-    stages = min(DEEPEST_PIPELINE, room // (bm * bk + bk * bn))
-    if stages <= settings["num_stages"]:
-        return config
-    return helion.Config(**{**settings, "num_stages": stages})
+    return helion.Config(**{**config.config, "num_stages": stages})
 
 
 class _Chosen(BaseAutotuner):
