@@ -17,9 +17,9 @@ transposed operand gets its own entry. The answer, in order:
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
    shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
-   ``pair_rule``; a flattened candidate with a short K loop runs as many pipeline stages as
-   shared memory holds (``deepened``). fp32 (and GPUs without a model) get Helion's built-in
-   heuristic default.
+   ``pair_rule``; a flattened candidate with a K loop of 8 to 16 steps runs as many pipeline
+   stages as shared memory holds, beside a bias tile too (``deepened``). fp32 (and GPUs
+   without a model) get Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
@@ -134,8 +134,8 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     config = model.choose(product, tma_only, break_ties=epilogue != "bias")
     if config is None:
         return bound_kernel.config_spec.default_config()
-    if epilogue == "bias":  # not deepened: unmeasured beside a bias tile (NOTES 95)
-        return fit_for_bias(config, dtype.itemsize)
+    if epilogue == "bias":
+        return deepened(fit_for_bias(config, dtype.itemsize), dtype.itemsize, product.k, tiles=2)
     # The transposed kernel's store transposes its tile, which may take shared memory of its
     # own: it keeps the candidate's depth.
     return config if transposed else deepened(config, dtype.itemsize, product.k)
@@ -515,29 +515,32 @@ def stages_that_fit(config: helion.Config, itemsize: int, tiles: int) -> int:
 
 # The deepest pipeline measured (NOTES 95): 128x128x64 tiles in 6 stages.
 DEEPEST_PIPELINE = 6
-# K loops of at most this many steps are short enough that a deeper pipeline pays (NOTES 95).
-SHORT_K_STEPS = 16
+# The K loops a deeper pipeline pays on (NOTES 95, 96): 8 to 16 steps.
+DEEPENED_K_STEPS = range(8, 17)
 
 
-def deepened(config: helion.Config, itemsize: int, k: int) -> helion.Config:
+def deepened(config: helion.Config, itemsize: int, k: int, tiles: int = 1) -> helion.Config:
     """A flattened persistent config with as many pipeline stages as shared memory holds
-    beside its output tile (up to ``DEEPEST_PIPELINE``) where its K loop is short (at most
-    ``SHORT_K_STEPS``); other configs, and longer loops, as they are.
+    beside ``tiles`` tiles of its output's size (1, or 2 with a bias), up to
+    ``DEEPEST_PIPELINE``, where its K loop has ``DEEPENED_K_STEPS`` steps; other configs, and
+    other loops, as they are.
 
     A flattened loop runs one pipeline through all of a program's tiles, so the next tile's
     loads overlap this tile's epilogue; the shorter the K loop, the more of its time that
-    overlap is. On the H200 (bf16, tritonbench under CUDA graphs, NOTES 95) 128x128x64 tiles
-    in 6 stages rather than 4 ran the forwards of K = 768 (12 steps) 1.7-2.9% faster in all 6
+    overlap is. On the H200 (bf16, tritonbench under CUDA graphs) 128x128x64 tiles in 6
+    stages rather than 4 ran the forwards of K = 768 (12 steps) 1.7-2.9% faster in all 6
     pairs of runs, 3 shapes in 2 rounds (8192x2304x768 51.2 -> 49.7-50.1 us, 12608x768x768
-    29.2 -> 28.7); with K of 3072 to 8192 they moved -2% to +1%. The model's fit was timed
-    at the candidate's own depth, so it predicts the deeper tile a little slow. The larger
-    flattened tiles already fill shared memory in 3 stages. ``choose_config`` does not deepen
-    a bias epilogue (5 stages would fit beside its tile, but were not measured) nor the
-    transposed kernel.
+    29.2 -> 28.7), and with K of 3072 to 8192 -2% to +1% (NOTES 95); the memory-bound tall
+    products of K = 256 (4 steps) 0.1-3.1% slower (98304x128x256 24.2 -> 24.9 us, NOTES 96).
+    Beside a bias tile, 5 stages rather than 4 ran addmm's forwards of K = 512 and 768 0-1.1%
+    faster (NOTES 96). The model's fit was timed at the candidate's own depth, so it predicts
+    the deeper tile a little slow. The larger flattened tiles already fill shared memory in 3
+    stages. ``choose_config`` does not deepen the transposed kernel.
     """
-    if not flattened(config) or math.ceil(k / config.config["block_sizes"][2]) > SHORT_K_STEPS:
+    steps = math.ceil(k / config.config["block_sizes"][2])
+    if not flattened(config) or steps not in DEEPENED_K_STEPS:
         return config
-    stages = min(DEEPEST_PIPELINE, stages_that_fit(config, itemsize, 1))
+    stages = min(DEEPEST_PIPELINE, stages_that_fit(config, itemsize, tiles))
     if stages <= config.config["num_stages"]:
         return config
     return helion.Config(**{**config.config, "num_stages": stages})

@@ -224,19 +224,21 @@ def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened_where_it_would
     assert "range_flattens" not in configs.fit_for_bias(two_per_sm, 2).config
 
 
-def test_a_flattened_candidate_of_short_k_runs_as_many_stages_as_shared_memory_holds():
+def test_a_flattened_candidate_of_8_to_16_k_steps_runs_as_many_stages_as_shared_memory_holds():
     """128x128x64 bf16 tiles: 32 KiB a stage beside a 32 KiB output tile, 227 KiB in all: 6
-    stages for K loops of up to 16 steps (K <= 1024). Longer K loops, the larger flattened
-    tiles (full in 3 stages), unflattened loops, two programs per SM and fp32 keep their
-    depth."""
+    stages, 5 beside a bias tile too, for K loops of 8 to 16 steps (448 < K <= 1024). Other
+    K loops, the larger flattened tiles (full in 3 stages), unflattened loops, two programs
+    per SM and fp32 keep their depth."""
     small = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
-    assert configs.deepened(small, 2, 1024).config == {**small.config, "num_stages": 6}
-    assert configs.deepened(small, 2, 768).config == {**small.config, "num_stages": 6}
-    assert configs.deepened(small, 2, 1025) is small
+    for k in (449, 768, 1024):
+        assert configs.deepened(small, 2, k).config == {**small.config, "num_stages": 6}
+        assert configs.deepened(small, 2, k, tiles=2).config == {**small.config, "num_stages": 5}
+    for k in (64, 256, 448, 1025):
+        assert configs.deepened(small, 2, k) is small
     assert configs.deepened(small, 4, 768) is small
     for bm, bn, bk in ((128, 256, 64), (256, 128, 64), (128, 128, 128)):
         large = candidates.config(bm, bn, bk, 8, 3, "persistent_interleaved", flatten=True)
-        assert configs.deepened(large, 2, 768) is large
+        assert configs.deepened(large, 2, 1024) is large
     unflattened = candidates.config(128, 128, 64, 4, 3, "flat", "pointer")
     assert configs.deepened(unflattened, 2, 768) is unflattened
     two_per_sm = candidates.config(
