@@ -532,10 +532,11 @@ def deepened(config: helion.Config, itemsize: int, k: int, tiles: int = 1) -> he
     pairs of runs, 3 shapes in 2 rounds (8192x2304x768 51.2 -> 49.7-50.1 us, 12608x768x768
     29.2 -> 28.7), and with K of 3072 to 8192 -2% to +1% (NOTES 95); the memory-bound tall
     products of K = 256 (4 steps) 0.1-3.1% slower (98304x128x256 24.2 -> 24.9 us, NOTES 96).
-    Beside a bias tile, 5 stages rather than 4 ran addmm's forwards of K = 512 and 768 0-1.1%
-    faster (NOTES 96). The model's fit was timed at the candidate's own depth, so it predicts
-    the deeper tile a little slow. The larger flattened tiles already fill shared memory in 3
-    stages. ``choose_config`` does not deepen the transposed kernel.
+    Beside a bias tile, 5 stages rather than 4 ran four of five addmm forwards of K = 512 and
+    768 0.8-1.1% faster, the fifth 0.2% slower (NOTES 96). The model's fit was timed at the
+    candidate's own depth, so it predicts the deeper tile a little slow. The larger flattened
+    tiles already fill shared memory in 3 stages. ``choose_config`` does not deepen the
+    transposed kernel.
     """
     steps = math.ceil(k / config.config["block_sizes"][2])
     if not flattened(config) or steps not in DEEPENED_K_STEPS:
