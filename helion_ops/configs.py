@@ -45,6 +45,7 @@ from helion_ops.model import (
     TRANSPOSED_PLAIN,
     Product,
     k_block,
+    k_steps,
     pair_of,
     shipped_model,
     split_of,
@@ -538,8 +539,7 @@ def deepened(config: helion.Config, itemsize: int, k: int, tiles: int = 1) -> he
     tiles already fill shared memory in 3 stages. ``choose_config`` does not deepen the
     transposed kernel.
     """
-    steps = math.ceil(k / config.config["block_sizes"][2])
-    if not flattened(config) or steps not in DEEPENED_K_STEPS:
+    if not flattened(config) or k_steps(config, k) not in DEEPENED_K_STEPS:
         return config
     stages = min(DEEPEST_PIPELINE, stages_that_fit(config, itemsize, tiles))
     if stages <= config.config["num_stages"]:

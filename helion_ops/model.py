@@ -83,10 +83,15 @@ def output_tiles(candidate: helion.Config, m: int, n: int) -> int:
     return math.ceil(m / bm) * math.ceil(n / bn)
 
 
+def k_steps(candidate: helion.Config, k: int) -> int:
+    """How many K steps the candidate's loop takes over a K of ``k`` (a tail counted whole)."""
+    return math.ceil(k / candidate.config["block_sizes"][2])
+
+
 def features(candidate: helion.Config, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
     """(rounds * steps, rounds, 1): the terms the model's a, b and c multiply."""
     rounds = math.ceil(output_tiles(candidate, m, n) / sms)
-    return rounds * math.ceil(k / candidate.config["block_sizes"][2]), rounds, 1
+    return rounds * k_steps(candidate, k), rounds, 1
 
 
 # What splitting the last wave adds to a product's time: zeroing the fp32 buffer of its rows
@@ -330,8 +335,7 @@ class Model:
     def _traffic(self, index: int, product: Product) -> tuple[int, int]:
         """Candidate ``index``'s output tiles and K steps on ``product``."""
         candidate = self.candidates[index]
-        steps = math.ceil(product.k / candidate.config["block_sizes"][2])
-        return output_tiles(candidate, product.m, product.n), steps
+        return output_tiles(candidate, product.m, product.n), k_steps(candidate, product.k)
 
     def best_split(self, product: Product) -> tuple[float, helion.Config, int] | None:
         """(predicted ms, candidate, rows in whole waves) of the fastest candidate with its
