@@ -152,7 +152,7 @@ def addmm(
         out = fast.addmm(bias, mat1, mat2, alpha, beta)  # as in matmul
         if out is None:
             out = _python_addmm(bias, mat1, mat2, alpha, beta)
-            native.learn_addmm(bias, mat1, mat2)
+            native.learn_addmm(bias, mat1, mat2, alpha, beta)
             return out
         if out is not False:
             return out

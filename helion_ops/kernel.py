@@ -4,7 +4,9 @@
 output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 ``alpha * acc + beta * bias`` and the backward's ``alpha * acc`` are epilogues, so the scaling
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
-are lifted to kernel arguments: one compiled kernel serves every alpha and beta. Products
+are lifted to kernel arguments: one compiled kernel serves every alpha and beta but 1, whose
+epilogues leave their multiplies out (``scaled``): a specialization, and a fast-path key, of
+their own. Products
 with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``, where
 its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
 the bias and cast. The backward's two products, where both are small (``wants_pair``) or the
@@ -433,37 +435,42 @@ def _fast_plan(
     return plan
 
 
-def _mm_key(a: Any, b: Any) -> tuple[Any, ...] | None:
-    """``launch_mm``'s fast-path key; None where a or b is not a tensor."""
+def _mm_key(a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
+    """``launch_mm``'s fast-path key; None where a or b is not a tensor. ``unit``: alpha is 1
+    (``scaled``'s epilogue without the multiply)."""
     try:
         return (
             a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-            a.data_ptr() % 16, b.data_ptr() % 16,
+            a.data_ptr() % 16, b.data_ptr() % 16, unit,
         )  # fmt: skip
     except AttributeError:  # not tensors: the check names the argument
         return None
 
 
-def _addmm_key(bias: torch.Tensor, a: Any, b: Any) -> tuple[Any, ...] | None:
-    """``launch_addmm``'s fast-path key for a tensor bias; None where a or b is not a tensor."""
+def _addmm_key(bias: torch.Tensor, a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
+    """``launch_addmm``'s fast-path key for a tensor bias; None where a or b is not a tensor.
+    ``unit``: alpha and beta are 1 (``scaled_plus_bias``'s epilogue without multiplies)."""
     try:
         return (
             a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
             b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
-            b.data_ptr() % 16, bias.data_ptr() % 16,
+            b.data_ptr() % 16, bias.data_ptr() % 16, unit,
         )  # fmt: skip
     except AttributeError:
         return None
 
 
 def fast_mm_plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
-    """The plan ``launch_mm`` takes for these operands outside a capture, if it has one."""
-    return _fast_plan(_fast_mm, _mm_key(a, b), a)
+    """The plan ``launch_mm`` takes for these operands (alpha 1) outside a capture, if it has
+    one."""
+    return _fast_plan(_fast_mm, _mm_key(a, b, True), a)
 
 
-def fast_addmm_plan(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
+def fast_addmm_plan(
+    bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float
+) -> LaunchPlan | None:
     """The plan ``launch_addmm`` takes for a tensor bias outside a capture, if it has one."""
-    return _fast_plan(_fast_addmm, _addmm_key(bias, a, b), a)
+    return _fast_plan(_fast_addmm, _addmm_key(bias, a, b, alpha == 1 and beta == 1), a)
 
 
 def launch_mm_pair(
@@ -482,7 +489,7 @@ def launch_mm_pair(
     fast_key = (
         a1.shape, b1.shape, a2.shape, b2.shape, a1.stride(), b1.stride(), a2.stride(),
         b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
-        a2.data_ptr() % 16, b2.data_ptr() % 16,
+        a2.data_ptr() % 16, b2.data_ptr() % 16, alpha == 1,
     )  # fmt: skip
     plan = _fast_pair.get(fast_key, _UNSEEN)
     if plan is None and not capturing(a1):
@@ -548,7 +555,7 @@ def launch_mm(
     Returns:
         A new [m, n] tensor of a's dtype.
     """
-    fast_key = _mm_key(a, b)
+    fast_key = _mm_key(a, b, alpha == 1)
     plan = _fast_plan(_fast_mm, fast_key, a)
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
@@ -586,7 +593,7 @@ def launch_addmm(
     """
     fast_key = None
     if isinstance(bias, torch.Tensor) and beta != 0 and alpha != 0:
-        fast_key = _addmm_key(bias, a, b)
+        fast_key = _addmm_key(bias, a, b, alpha == 1 and beta == 1)
         plan = _fast_plan(_fast_addmm, fast_key, a)
         if plan is not None and _allocator_set.get():
             # The plan takes only the bias's address from the epilogue (the strides of its
@@ -721,20 +728,31 @@ def _finish_split_k(
     return torch.add(partial, bias, alpha=beta, out=out)
 
 
-def scaled(alpha: float) -> Epilogue:
-    """The epilogue ``alpha * acc``.
+def _unscaled(acc: torch.Tensor, tile: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return acc
 
-    alpha is captured as a Python float whatever it came as: Triton would compile an int
-    argument of 1 as a constant, and a launch plan would then ignore later values.
+
+def scaled(alpha: float) -> Epilogue:
+    """The epilogue ``alpha * acc``: for alpha 1 the accumulator as it is, a kernel of its own.
+
+    The multiply, one per output element inside the persistent loop, cost up to 2% of short-K
+    products on the H200 (NOTES 97). Other alphas are captured as a Python float whatever they
+    came as: Triton would compile an int argument of 1 as a constant, and a launch plan would
+    then ignore later values.
     """
     alpha = float(alpha)
+    if alpha == 1:
+        return _unscaled
     return lambda acc, tile: alpha * acc
 
 
 def scaled_plus_bias(alpha: float, beta: float, bias_mn: torch.Tensor) -> Epilogue:
-    """The epilogue ``alpha * acc + beta * bias`` for a bias expanded to the output's shape.
+    """The epilogue ``alpha * acc + beta * bias`` for a bias expanded to the output's shape;
+    ``acc + bias`` where both are 1 (a kernel of its own, as ``scaled``'s).
 
     (A launch plan reads only the bias's address from it, so the fast path hands it the
     bias itself: see ``launch_addmm``.)"""
     alpha, beta = float(alpha), float(beta)
+    if alpha == 1 and beta == 1:
+        return lambda acc, tile: acc + bias_mn[tile[0], tile[1]].to(torch.float32)
     return lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32)

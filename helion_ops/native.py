@@ -156,14 +156,17 @@ def learn_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> None:
     module.learn_matmul(mat1, mat2, launch)
 
 
-def learn_addmm(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> None:
-    """``learn_matmul`` for addmm (the extension takes alpha and beta per call)."""
+def learn_addmm(
+    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
+) -> None:
+    """``learn_matmul`` for addmm. The extension takes alpha and beta per call; its key holds
+    which of them are 1, as their kernels differ (``kernel.scaled_plus_bias``)."""
     from helion_ops import kernel
 
-    plan = kernel.fast_addmm_plan(bias, mat1, mat2)
-    epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
+    plan = kernel.fast_addmm_plan(bias, mat1, mat2, alpha, beta)
+    epilogue = kernel.scaled_plus_bias(alpha, beta, bias)
     launch = plan and launch_of(plan, (0, 1), (epilogue,))
-    module.learn_addmm(bias, mat1, mat2, launch)
+    module.learn_addmm(bias, mat1, mat2, alpha, beta, launch)
 
 
 # The values an epilogue captures (``kernel.scaled``, ``kernel.scaled_plus_bias``), by name:

@@ -141,7 +141,7 @@ class LaunchPlan:
             outs = [
                 allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
             ]
-        captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__]
+        captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__ or ()]
         if compiled is None or not no_launch_hooks():
             # Triton's JIT entry point (the CPU interpreter, which compiles nothing) or its
             # own runner (launch hooks set, e.g. a profiler).

@@ -281,6 +281,30 @@ def test_addmm_replayed(extension, bias, alpha, beta):
 
 
 @needs_cuda
+def test_scales_of_1_and_others_on_one_key_each_replay_their_own(extension):
+    """addmm's kernels leave out the multiplies of scales of 1 (``kernel.scaled_plus_bias``):
+    the extension's key holds which scales are 1, so no call replays the forward or backward
+    of other scales."""
+    _, calls = extension
+    m, n, k, dtype = 520, 384, 264, torch.bfloat16
+    bias_t = torch.randn(n, device="cuda", dtype=dtype).requires_grad_()
+    a, b = make((m, k), dtype), make((k, n), dtype, transposed=True)
+    grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
+    scales = [(1.0, 1.0), (1.5, 1.0), (1.0, 0.5), (-2.0, 3.0)]
+    for call in range(3):
+        for alpha, beta in scales:
+
+            def theirs(c, x, y, alpha=alpha, beta=beta):
+                return torch.addmm(c, x, y, alpha=alpha, beta=beta)
+
+            out = helion_ops.addmm(bias_t, a, b, alpha=alpha, beta=beta)
+            assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+            name = f"call {call}, alpha {alpha}, beta {beta}"
+            _check(name, out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
+    assert len(calls) == len(scales)
+
+
+@needs_cuda
 @pytest.mark.parametrize("op", ["matmul", "addmm"])
 def test_a_split_k_backward_replayed(extension, monkeypatch, op):
     """A tall product, whose mat1.T @ grad_out splits K: the recipe zeroes the fp32 sums,

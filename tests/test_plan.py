@@ -66,7 +66,7 @@ def test_every_kernel_gets_a_plan():
     assert kernel.wants_split_k(16, 16, 2048)
     check_mm("split-K", *long_k)
     # The last-wave kernel writes into its arguments and returns nothing.
-    for alpha, beta in ((1.0, 1.0), (-2.0, 0.5)):  # the second call through the plan
+    for alpha, beta in ((1.5, 1.0), (-2.0, 0.5)):  # the second call through the plan
         out = kernel.launch_last_wave(bias, a, b, alpha, beta, rows=16)
         want = torch.addmm(bias.double(), a.double(), b.double(), beta=beta, alpha=alpha)
         theirs = torch.addmm(bias, a, b, beta=beta, alpha=alpha)
@@ -197,9 +197,9 @@ def test_a_changed_bias_never_reuses_a_plan(change, dtype):
 def test_the_fast_path_serves_repeated_calls_with_this_calls_values(monkeypatch):
     a, b, bias, g = rand(40, 32), rand(32, 24), rand(24), rand(40, 24)
     a, b, bias, g = (t.half() for t in (a, b, bias, g))
-    launch_mm(a, b)
-    launch_addmm(bias, a, b, 1.0, 1.0)
-    launch_mm_pair(g, b.T, a.T, g, 1.0)
+    launch_mm(a, b, 3.0)
+    launch_addmm(bias, a, b, 2.0, 0.5)
+    launch_mm_pair(g, b.T, a.T, g, 1.5)
     assert (len(kernel._fast_mm), len(kernel._fast_addmm), len(kernel._fast_pair)) == (1, 1, 1)
 
     def no_slow_path(*args, **kwargs):
@@ -248,7 +248,30 @@ def test_alpha_and_beta_are_this_calls_values():
         assert_matches(f"alpha {alpha}, beta {beta}", out, theirs, want)
     for alpha in (3, 1, -0.5):
         check_mm(f"alpha {alpha}", a, b, alpha)
-    assert len(kept_plans()) == 2, "one plan for the bias epilogue, one for the scaled one"
+    assert len(kept_plans()) == 4, "a plan for each epilogue, with and without its multiplies"
+
+
+def test_scales_of_1_never_take_the_plan_of_other_scales():
+    """alpha (and beta) of 1 run epilogues without multiplies, a specialization and fast-path
+    key of their own: calls that alternate between them and other scales, all on the fast path
+    after the first of each, each get their own kernel."""
+    a, b, bias, g = (t.half() for t in (rand(40, 32), rand(32, 24), rand(24), rand(40, 24)))
+    scales = ((1.0, 1.0), (2.0, 1.0), (1, 1), (1.0, -0.5), (1.0, 1.0), (-0.5, 1.0))
+    for alpha, beta in scales:
+        check_mm(f"mm, alpha {alpha}", a, b, alpha)
+        out = launch_addmm(bias, a, b, alpha, beta)
+        want = torch.addmm(bias.double(), a.double(), b.double(), beta=beta, alpha=alpha)
+        theirs = torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        assert_matches(f"addmm, alpha {alpha}, beta {beta}", out, theirs, want)
+        one, two = launch_mm_pair(g, b.T, a.T, g, alpha)
+        want_one, want_two = g.double() @ b.T.double(), a.T.double() @ g.double()
+        assert_matches(f"pair, alpha {alpha}", one, alpha * g @ b.T, alpha * want_one)
+        assert_matches(f"pair, alpha {alpha}", two, alpha * a.T @ g, alpha * want_two)
+    assert len(kernel._fast_mm) == len(kernel._fast_addmm) == len(kernel._fast_pair) == 2
+    epilogues = {
+        part for key in kernel._compiled for part in key if isinstance(part, types.CodeType)
+    }
+    assert kernel._unscaled.__code__ in epilogues and len(epilogues) == 4  # two each
 
 
 class FakeCompiled(CompiledKernel):
@@ -296,7 +319,7 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     hook = HookChain()
     hook.add(lambda metadata: None)
     monkeypatch.setattr(plans.knobs.runtime, "launch_enter_hook", hook)
-    launch_addmm(bias2, a2, b2, 1.0, 1.0)
+    launch_addmm(bias2, a2, b2, 1.5, 1.0)
     assert len(fake.runs) == 2 and fake.runs[-1][0] == "runner"
 
 
@@ -469,7 +492,7 @@ def test_a_specialization_past_32_bit_offsets_runs_on_the_64_bit_twin(monkeypatc
 def test_a_pair_decided_against_goes_straight_to_two_launches(monkeypatch):
     g, b, a = rand(40, 24).half(), rand(32, 24).half(), rand(40, 32).half()
     monkeypatch.setattr(kernel, "wants_pair", lambda *mnks: False)
-    launch_mm_pair(g, b.T, a.T, g, 1.0)
+    launch_mm_pair(g, b.T, a.T, g, 2.0)
     assert kernel._fast_pair == {next(iter(kernel._fast_pair)): None}
 
     def decided_again(*args):

@@ -216,6 +216,13 @@ bool plain_cuda_tensor(PyObject* obj) {
          !t.key_set().has(c10::DispatchKey::FuncTorchBatched);
 }
 
+// Which of addmm's scales are 1: their kernels leave the multiplies out (the forward's where
+// both are, the backward's where alpha is; helion_ops.kernel.scaled), so the plans an entry
+// holds serve only calls with the same answer.
+int64_t unit_scales(double alpha, double beta) {
+  return (alpha == 1 ? 1 : 0) | (beta == 1 ? 2 : 0);
+}
+
 void add_to_key(Key& key, const at::Tensor& t) {
   const int64_t dim = t.dim();
   key.push_back(dim);
@@ -388,6 +395,7 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
   add_to_key(key, b);
   if (with_bias) {
     add_to_key(key, bias);
+    key.push_back(unit_scales(alpha, beta));
   }
   const auto found = entries.find(key);
   if (found == entries.end()) {
@@ -418,15 +426,14 @@ Key key_of(const std::vector<at::Tensor>& tensors) {
   return key;
 }
 
-void learn(std::unordered_map<Key, Entry*, KeyHash>& entries, const std::vector<at::Tensor>& tensors,
-           const py::object& forward) {
+void learn(std::unordered_map<Key, Entry*, KeyHash>& entries, Key key, const py::object& forward) {
   auto entry = std::make_shared<Entry>();
   if (!forward.is_none()) {
     entry->native = true;
     entry->forward = forward.cast<Launch>();
   }
   all_entries.push_back(entry);
-  entries[key_of(tensors)] = entry.get();
+  entries[std::move(key)] = entry.get();
 }
 
 }  // namespace
@@ -474,12 +481,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return product(addmm_entries, bias.ptr(), a.ptr(), b.ptr(), alpha, beta);
   });
   m.def("learn_matmul", [](const at::Tensor& a, const at::Tensor& b, py::object forward) {
-    learn(mm_entries, {a, b}, forward);
+    learn(mm_entries, key_of({a, b}), forward);
   });
-  m.def("learn_addmm",
-        [](const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, py::object forward) {
-          learn(addmm_entries, {a, b, bias}, forward);
-        });
+  m.def("learn_addmm", [](const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+                          double alpha, double beta, py::object forward) {
+    Key key = key_of({a, b, bias});
+    key.push_back(unit_scales(alpha, beta));
+    learn(addmm_entries, std::move(key), forward);
+  });
   m.def("set_backward", [](py::object fn) { python_backward = fn.release().ptr(); });
   m.def("reset", [] {
     mm_entries.clear();
