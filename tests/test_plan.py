@@ -76,6 +76,13 @@ def test_every_kernel_gets_a_plan():
     check_mm("mm again", a, b)
     check_mm("split-K again", *long_k, alpha=0.5)
     assert len(kept_plans()) == 5
+    # Scales of 1 run epilogues without multiplies, each a specialization of its own.
+    want = a.double() @ b.double()
+    out = kernel.launch_last_wave(bias, a, b, 1.0, 1.0, rows=16)
+    assert_matches("last wave, scales 1", out, torch.addmm(bias, a, b), want + bias.double())
+    out = kernel.launch_last_wave(None, a, b, 1.0, 1.0, rows=16)
+    assert_matches("last wave, no bias", out, a @ b, want)
+    assert len(kept_plans()) == 7 and all(isinstance(p, LaunchPlan) for p in kept_plans())
 
 
 def test_threads_recording_at_once_each_keep_their_own_launches():
