@@ -260,8 +260,8 @@ def test_alpha_and_beta_are_this_calls_values():
 
 def test_scales_of_1_never_take_the_plan_of_other_scales():
     """alpha (and beta) of 1 run epilogues without multiplies, a specialization and fast-path
-    key of their own: calls that alternate between them and other scales, all on the fast path
-    after the first of each, each get their own kernel."""
+    key of their own: calls that alternate between them and other scales (the repeated ones on
+    the fast path) get their own values, from two keys and two kernels per launcher."""
     a, b, bias, g = (t.half() for t in (rand(40, 32), rand(32, 24), rand(24), rand(40, 24)))
     scales = ((1.0, 1.0), (2.0, 1.0), (1, 1), (1.0, -0.5), (1.0, 1.0), (-0.5, 1.0))
     for alpha, beta in scales:
