@@ -268,12 +268,12 @@ def _set_scratch_allocator() -> None:
 
 # The eager fast path: operands seen before go straight to their specialization's plan, one
 # look-up keyed by what decides every branch of the launchers (sizes, strides, 16-byte
-# alignment, dtype, device), where the product runs the plain or pair kernel in fp16 or bf16
-# (fp32's kernel also depends on torch's TF32 flag; split-K and last-wave products do more
-# than one launch). Filled by ``_run``; one dict per launcher, as their keys differ. A key
-# also holds everything the public argument checks read of the tensors (``helion_ops.checks``:
-# dimensions, dtypes, devices, sizes), and entries are made only for valid operands, so a hit
-# skips those checks.
+# alignment, dtype, device, whether the scales are 1: ``scaled``), where the product runs the
+# plain or pair kernel in fp16 or bf16 (fp32's kernel also depends on torch's TF32 flag;
+# split-K and last-wave products do more than one launch). Filled by ``_run``; one dict per
+# launcher, as their keys differ. A key also holds everything the public argument checks read
+# of the tensors (``helion_ops.checks``: dimensions, dtypes, devices, sizes), and entries are
+# made only for valid operands, so a hit skips those checks.
 _fast_mm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_addmm: dict[tuple[Any, ...], LaunchPlan] = {}
 _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
