@@ -470,7 +470,7 @@ def fast_addmm_plan(
     bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float
 ) -> LaunchPlan | None:
     """The plan ``launch_addmm`` takes for a tensor bias outside a capture, if it has one."""
-    return _fast_plan(_fast_addmm, _addmm_key(bias, a, b, alpha == 1 and beta == 1), a)
+    return _fast_plan(_fast_addmm, _addmm_key(bias, a, b, unit_scales(alpha, beta)), a)
 
 
 def launch_mm_pair(
@@ -489,7 +489,7 @@ def launch_mm_pair(
     fast_key = (
         a1.shape, b1.shape, a2.shape, b2.shape, a1.stride(), b1.stride(), a2.stride(),
         b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
-        a2.data_ptr() % 16, b2.data_ptr() % 16, alpha == 1,
+        a2.data_ptr() % 16, b2.data_ptr() % 16, unit_scales(alpha),
     )  # fmt: skip
     plan = _fast_pair.get(fast_key, _UNSEEN)
     if plan is None and not capturing(a1):
@@ -555,7 +555,7 @@ def launch_mm(
     Returns:
         A new [m, n] tensor of a's dtype.
     """
-    fast_key = _mm_key(a, b, alpha == 1)
+    fast_key = _mm_key(a, b, unit_scales(alpha))
     plan = _fast_plan(_fast_mm, fast_key, a)
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
@@ -593,7 +593,7 @@ def launch_addmm(
     """
     fast_key = None
     if isinstance(bias, torch.Tensor) and beta != 0 and alpha != 0:
-        fast_key = _addmm_key(bias, a, b, alpha == 1 and beta == 1)
+        fast_key = _addmm_key(bias, a, b, unit_scales(alpha, beta))
         plan = _fast_plan(_fast_addmm, fast_key, a)
         if plan is not None and _allocator_set.get():
             # The plan takes only the bias's address from the epilogue (the strides of its
@@ -728,6 +728,12 @@ def _finish_split_k(
     return torch.add(partial, bias, alpha=beta, out=out)
 
 
+def unit_scales(alpha: float, beta: float = 1.0) -> bool:
+    """Whether ``scaled``'s or ``scaled_plus_bias``'s epilogue for these scales leaves out its
+    multiplies: a kernel of its own, so the fast-path keys hold this too."""
+    return alpha == 1 and beta == 1
+
+
 def _unscaled(acc: torch.Tensor, tile: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return acc
 
@@ -741,7 +747,7 @@ def scaled(alpha: float) -> Epilogue:
     then ignore later values.
     """
     alpha = float(alpha)
-    if alpha == 1:
+    if unit_scales(alpha):
         return _unscaled
     return lambda acc, tile: alpha * acc
 
@@ -753,6 +759,6 @@ def scaled_plus_bias(alpha: float, beta: float, bias_mn: torch.Tensor) -> Epilog
     (A launch plan reads only the bias's address from it, so the fast path hands it the
     bias itself: see ``launch_addmm``.)"""
     alpha, beta = float(alpha), float(beta)
-    if alpha == 1 and beta == 1:
+    if unit_scales(alpha, beta):
         return lambda acc, tile: acc + bias_mn[tile[0], tile[1]].to(torch.float32)
     return lambda acc, tile: alpha * acc + beta * bias_mn[tile[0], tile[1]].to(torch.float32)
