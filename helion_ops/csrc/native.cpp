@@ -369,6 +369,21 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
   }
 };
 
+// An entry's key: a's, b's and (addmm) the bias's layout and which of the scales are 1. The
+// one definition for the look-up (product) and for the entries learned (learn_*).
+Key key_of(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, double alpha,
+           double beta) {
+  Key key;
+  key.reserve(24);
+  add_to_key(key, a);
+  add_to_key(key, b);
+  if (bias.defined()) {
+    add_to_key(key, bias);
+    key.push_back(unit_scales(alpha, beta));
+  }
+  return key;
+}
+
 // Each call's answer: a tensor, None where the key is new (the caller runs the Python path and
 // then teaches it), or False where the Python path must run and there is nothing to learn.
 py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* bias_obj,
@@ -389,15 +404,7 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
   if (python_path_now(a)) {
     return py::bool_(false);
   }
-  Key key;
-  key.reserve(24);
-  add_to_key(key, a);
-  add_to_key(key, b);
-  if (with_bias) {
-    add_to_key(key, bias);
-    key.push_back(unit_scales(alpha, beta));
-  }
-  const auto found = entries.find(key);
+  const auto found = entries.find(key_of(a, b, bias, alpha, beta));
   if (found == entries.end()) {
     return py::none();
   }
@@ -416,14 +423,6 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
       with_bias ? std::optional<at::Tensor>(bias) : std::nullopt;
   return py::reinterpret_steal<py::object>(
       THPVariable_Wrap(ProductFunction::apply(maybe_bias, a, b, alpha, beta, entry)));
-}
-
-Key key_of(const std::vector<at::Tensor>& tensors) {
-  Key key;
-  for (const auto& t : tensors) {
-    add_to_key(key, t);
-  }
-  return key;
 }
 
 void learn(std::unordered_map<Key, Entry*, KeyHash>& entries, Key key, const py::object& forward) {
@@ -481,13 +480,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return product(addmm_entries, bias.ptr(), a.ptr(), b.ptr(), alpha, beta);
   });
   m.def("learn_matmul", [](const at::Tensor& a, const at::Tensor& b, py::object forward) {
-    learn(mm_entries, key_of({a, b}), forward);
+    learn(mm_entries, key_of(a, b, at::Tensor(), 1.0, 1.0), forward);
   });
   m.def("learn_addmm", [](const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
                           double alpha, double beta, py::object forward) {
-    Key key = key_of({a, b, bias});
-    key.push_back(unit_scales(alpha, beta));
-    learn(addmm_entries, std::move(key), forward);
+    learn(addmm_entries, key_of(a, b, bias, alpha, beta), forward);
   });
   m.def("set_backward", [](py::object fn) { python_backward = fn.release().ptr(); });
   m.def("reset", [] {
