@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for job, calls in planned:
         texts, errors = [], []
+        output = _output_path(options, job, len(jobs))
         for call in calls:
             shard = f" shard {options.shard[0]}/{options.shard[1]}" if options.shard else ""
             print(progress.line(f"{job.op} {job.mode} {call.label}{shard}: "
@@ -140,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             texts.append(text)
             if error:
                 errors.append(f"{call.label}: {error}" if len(calls) > 1 else error)
-        output = _output_path(options, job, len(jobs))
+            if len(texts) < len(calls):
+                # The files so far: a run stopped mid-job (a timeout) keeps what it measured.
+                _write_job(job, calls, texts, errors, options, meta, output)
         results.append(_write_job(job, calls, texts, errors, options, meta, output))
     return _finish(options, results, latency_note)
 
@@ -222,7 +225,10 @@ def _write_job(
     meta: dict[str, str],
     output: Path | None,
 ) -> JobResult:
-    """Merge a job's calls into its result and write its CSV, JSON, PNG (and --output CSV)."""
+    """Merge a job's calls into its result and write its CSV, JSON, PNG (and --output CSV).
+
+    ``texts`` holds the output of the first calls; while it has fewer than ``calls``, the
+    files are stamped partial and no plot is drawn."""
     result = JobResult(job, precision=meta["precision"])
     if not calls:
         index, count = options.shard or (0, 1)
@@ -237,10 +243,12 @@ def _write_job(
         "op": job.op,
         "mode": job.mode,
         "tritonbench_args": shlex.join(job.argv),
-        "inputs": ", ".join(call.label for call in calls),
+        "inputs": ", ".join(call.label for call in calls[: len(texts)]),
         "tflops_corrected": f"tflops x {FLOPS_PER_FORWARD[job.mode]}, as tritonbench counts "
         "only the forward's FLOPs",
     }
+    if len(texts) < len(calls):
+        file_meta["partial"] = f"{len(texts)} of {len(calls)} inputs (the run had not finished)"
     if result.error:
         file_meta["error"] = result.error
     stem = options.output_dir / _with_shard(job.name, options, "")
@@ -249,6 +257,8 @@ def _write_job(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text)
+    if "partial" in file_meta:
+        return result
     try:
         write_plot(stem.with_suffix(".png"), f"{job.op} {job.mode}", result.rows, file_meta)
     except ImportError as err:

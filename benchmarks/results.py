@@ -235,7 +235,7 @@ def write_csv(path: Path, meta: dict[str, str], tritonbench_csv: str) -> None:
         tritonbench_csv: the CSV as tritonbench wrote it.
     """
     stamp = "".join(f"# {key}: {' '.join(str(value).split())}\n" for key, value in meta.items())
-    path.write_text(stamp + tritonbench_csv)
+    _replace(path, stamp + tritonbench_csv)
 
 
 def write_json(path: Path, meta: dict[str, str], result: JobResult) -> None:
@@ -252,4 +252,12 @@ def write_json(path: Path, meta: dict[str, str], result: JobResult) -> None:
         "rows": [{"shape": r.shape, "backend": r.backend, **r.metrics} for r in result.rows],
         "error": result.error,
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    _replace(path, json.dumps(document, indent=2) + "\n")
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a run stopped mid-write (a timeout
+    between a job's inputs rewrites its files) leaves the previous version, not half a file."""
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(text)
+    partial.replace(path)

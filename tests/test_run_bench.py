@@ -682,6 +682,38 @@ def test_a_failing_call_is_recorded_and_the_run_goes_on(fake_run, tmp_path, caps
     assert "RuntimeError: boom" in document["error"]
 
 
+def test_a_run_stopped_mid_job_keeps_the_inputs_it_measured(fake_run, tmp_path, monkeypatch):
+    """The job's files are rewritten after each input, stamped partial until the last: a run
+    that a timeout stops (or an input that hangs) keeps the rows measured before it."""
+    fake = main_module.run_tritonbench
+
+    def stopped_at_the_third(argv):
+        if len(fake_run) == 2:
+            raise KeyboardInterrupt  # as a timeout's signal would, past every except clause
+        fake(argv)
+
+    monkeypatch.setattr(main_module, "run_tritonbench", stopped_at_the_third)
+    # On a GPU the suite's gemm forward is a job of three shapes.
+    monkeypatch.setattr(main_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(main_module.torch.cuda, "get_device_name", lambda: "a GPU")
+    out = tmp_path / "out"
+    argv = ["--mode", "fwd", "--output-dir", str(out)]
+    with pytest.raises(KeyboardInterrupt):
+        main_module.main(argv)
+    first, second, _ = SUITE_SHAPES["gemm"]
+    document = json.loads((out / "gemm_fwd.json").read_text())
+    assert document["meta"]["partial"] == "2 of 3 inputs (the run had not finished)"
+    assert {row["shape"] for row in document["rows"]} == {str(first), str(second)}
+    assert "# partial: 2 of 3 inputs" in (out / "gemm_fwd.csv").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["gemm_fwd.csv", "gemm_fwd.json", "run.log"]
+
+    monkeypatch.setattr(main_module, "run_tritonbench", fake)
+    assert main_module.main(argv) == 0
+    document = json.loads((out / "gemm_fwd.json").read_text())
+    assert "partial" not in document["meta"] and len(document["rows"]) == 6
+    assert "partial" not in (out / "gemm_fwd.csv").read_text()
+
+
 # --- --compare -----------------------------------------------------------------------------------
 
 
