@@ -36,6 +36,7 @@ from benchmarks.results import (
     run_metadata,
     write_csv,
     write_json,
+    write_whole,
 )
 from benchmarks.suite import CPU_LATENCY_NOTE, plan_jobs, shard_range
 from benchmarks.tritonbench_runner import (
@@ -247,7 +248,8 @@ def _write_job(
         "tflops_corrected": f"tflops x {FLOPS_PER_FORWARD[job.mode]}, as tritonbench counts "
         "only the forward's FLOPs",
     }
-    if len(texts) < len(calls):
+    finished = len(texts) == len(calls)
+    if not finished:
         file_meta["partial"] = f"{len(texts)} of {len(calls)} inputs (the run had not finished)"
     if result.error:
         file_meta["error"] = result.error
@@ -256,8 +258,8 @@ def _write_job(
     write_json(stem.with_suffix(".json"), file_meta, result)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text)
-    if "partial" in file_meta:
+        write_whole(output, text)
+    if not finished:
         return result
     try:
         write_plot(stem.with_suffix(".png"), f"{job.op} {job.mode}", result.rows, file_meta)

@@ -235,7 +235,7 @@ def write_csv(path: Path, meta: dict[str, str], tritonbench_csv: str) -> None:
         tritonbench_csv: the CSV as tritonbench wrote it.
     """
     stamp = "".join(f"# {key}: {' '.join(str(value).split())}\n" for key, value in meta.items())
-    _replace(path, stamp + tritonbench_csv)
+    write_whole(path, stamp + tritonbench_csv)
 
 
 def write_json(path: Path, meta: dict[str, str], result: JobResult) -> None:
@@ -252,10 +252,10 @@ def write_json(path: Path, meta: dict[str, str], result: JobResult) -> None:
         "rows": [{"shape": r.shape, "backend": r.backend, **r.metrics} for r in result.rows],
         "error": result.error,
     }
-    _replace(path, json.dumps(document, indent=2) + "\n")
+    write_whole(path, json.dumps(document, indent=2) + "\n")
 
 
-def _replace(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all: a run stopped mid-write (a timeout
     between a job's inputs rewrites its files) leaves the previous version, not half a file."""
     partial = path.with_name(path.name + ".part")
