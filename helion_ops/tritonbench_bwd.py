@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 BWD_MODES = ("bwd", "fwd_bwd")
 
@@ -113,6 +115,7 @@ def fix_native_backward(operator_cls: type) -> None:
             # bwd_fn. Its node only: the output is freed.
             first_graph = getattr(fwd_fn(), "grad_fn", None)
 
+        @synchronized_outside_captures
         def bwd_fn_on_the_side_stream() -> Any:
             # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
             # legacy default stream), not in get_bwd_fn: every call goes to the side stream.
@@ -189,7 +192,7 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         that require grad.
     """
     inputs = [x for x in self.example_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    with stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False)):
+    with stream_a_graph_capture_can_join(_graphs(self)):
         y = fwd_fn()
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         # OLD tritonbench turns NotImplementedError into a "not supported" cell; anything
@@ -205,7 +208,37 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         y.backward(dy, retain_graph=True)
         return inputs
 
-    return bwd_fn
+    return synchronized_outside_captures(bwd_fn) if _graphs(self) else bwd_fn
+
+
+def _graphs(operator: Any) -> bool:
+    return getattr(operator, "use_cuda_graphs", False)
+
+
+def synchronized_outside_captures(fn: Callable[[], T]) -> Callable[[], T]:
+    """``fn``, each call ending in a device synchronize unless a CUDA graph captures it.
+
+    For backward functions timed under ``--cudagraph``, where the time is a graph's replay.
+    triton's ``do_bench_cudagraph`` puts ``rep / estimate`` calls in that graph, the estimate
+    timed by events around five eager calls. A backward leaves its kernels queued on the
+    forward stream; where the GPU is still busy at the first event, the five calls run back
+    to back without their host time and the estimate is the GPU time alone. On the H200
+    (2026-12-02, NOTES 104) aten's 4096x1024x1024 backward after the 8192x8192 inputs was
+    estimated at 32 us for 190 us of host time: 3135 backwards in one graph, whose
+    instantiation took about six minutes (it grows faster than the count: 637 backwards took
+    1.3 s, 1129 took 7.8 s). Ending each eager call synchronized makes the estimate the
+    call's host plus GPU time, and every graph some hundreds of backwards. The replay, what
+    is timed, is unchanged.
+    """
+
+    @functools.wraps(fn)
+    def call() -> T:
+        result = fn()
+        if not torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()
+        return result
+
+    return call
 
 
 @contextlib.contextmanager

@@ -125,6 +125,37 @@ def test_bwd_fn_runs_the_backward_with_a_fixed_dy(fake_operator):
         torch.testing.assert_close(w.grad, a.T @ dy)
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_bwd_fn_ends_synchronized_under_graphs_except_in_captures(
+    fake_operator, monkeypatch, graphs
+):
+    # Under --cudagraph triton sizes the timed graph from five eager calls: each must end with
+    # the GPU idle, or a queued backward makes the estimate tiny and the graph huge (NOTES
+    # 104). Captured calls must not synchronize (illegal in a capture); without graphs nothing
+    # is added to the timed call.
+    op = fake_operator()
+    op.use_cuda_graphs = graphs
+    a, w = _matmul_case(op)
+    monkeypatch.setattr(
+        tritonbench_bwd, "stream_a_graph_capture_can_join", lambda on: contextlib.nullcontext()
+    )
+    syncs, capturing = [], [False]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: syncs.append("sync"))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    bwd_fn = op.get_bwd_fn(lambda: a @ w)
+    assert bwd_fn() == [a, w]
+    assert syncs == (["sync"] if graphs else [])
+    capturing[0] = True
+    bwd_fn()
+    assert syncs == (["sync"] if graphs else [])
+    torch.testing.assert_close(w.grad, a.T @ (0.1 * _seeded_randn(6, 5)))
+
+
+def _seeded_randn(*shape):
+    torch.manual_seed(0)
+    return torch.randn(*shape)
+
+
 def test_bwd_fn_of_a_backend_without_autograd_is_not_supported(fake_operator):
     op = fake_operator()
     a, w = _matmul_case(op)
