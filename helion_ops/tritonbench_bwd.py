@@ -234,7 +234,8 @@ def synchronized_outside_captures(fn: Callable[[], T]) -> Callable[[], T]:
     @functools.wraps(fn)
     def call() -> T:
         result = fn()
-        if not torch.cuda.is_current_stream_capturing():
+        # (Not initialized: nothing ran on a GPU, as in tests of the harness on the CPU.)
+        if torch.cuda.is_initialized() and not torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize()
         return result
 

@@ -140,6 +140,7 @@ def test_bwd_fn_ends_synchronized_under_graphs_except_in_captures(
         tritonbench_bwd, "stream_a_graph_capture_can_join", lambda on: contextlib.nullcontext()
     )
     syncs, capturing = [], [False]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: syncs.append("sync"))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     bwd_fn = op.get_bwd_fn(lambda: a @ w)
