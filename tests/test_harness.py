@@ -175,3 +175,20 @@ def test_addmm_accuracy_scales_with_the_output_as_aten_rounds_twice():
     assert harness.accurate(one_unit_off, want, None)
     assert not harness.accurate(one_unit_off, want, (1.6e-2, 1e-2))
     assert not harness.accurate({"output": 2 * want["output"]}, want, None)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
+@pytest.mark.parametrize("cudagraph", [False, True])
+def test_graphed_backward_steps_end_synchronized_outside_captures(monkeypatch, mode, cudagraph):
+    # As the tritonbench plugin's backwards (NOTES 104): triton sizes the timed graph from
+    # eager calls, which must not run behind queued work; captured calls never synchronize.
+    syncs, capturing = [], [False]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: syncs.append(1))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    inputs = [torch.randn(5, 4, requires_grad=True), torch.randn(4, 3, requires_grad=True)]
+    _, step = harness.results_and_step(torch.matmul, inputs, mode, cudagraph)
+    step()
+    capturing[0] = True
+    step()
+    assert len(syncs) == (1 if cudagraph and mode != "fwd" else 0)
