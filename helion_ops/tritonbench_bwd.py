@@ -104,7 +104,7 @@ def fix_native_backward(operator_cls: type) -> None:
             yield leaves
 
     def get_bwd_fn(self: Any, fwd_fn: Callable[[], Any]) -> Callable[[], Any]:
-        use_cuda_graphs = getattr(self, "use_cuda_graphs", False)
+        use_cuda_graphs = _graphs(self)
         with stream_a_graph_capture_can_join(use_cuda_graphs):
             bwd_fn = original_bwd_fn(self, fwd_fn)
             if not use_cuda_graphs:
@@ -141,7 +141,7 @@ def _make_benchmark_functions_on_the_side_stream(operator_cls: type) -> None:
 
     def _get_bm_func(self: Any, bm_func_name: str) -> Callable[[], Any]:
         backward = getattr(self.mode, "value", None) in BWD_MODES
-        with stream_a_graph_capture_can_join(getattr(self, "use_cuda_graphs", False) and backward):
+        with stream_a_graph_capture_can_join(_graphs(self) and backward):
             return original_get_bm_func(self, bm_func_name)
 
     operator_cls._get_bm_func = _get_bm_func
