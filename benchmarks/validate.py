@@ -4,7 +4,7 @@ The shapes of ``benchmarks/shapes/validation.csv`` come from real models and wer
 to fit or tune anything (``tests/test_model.py`` checks it). For each dtype and op this runs
 ``run_bench.py`` (tritonbench, or the built-in harness where tritonbench is not importable, in
 this process) on them, aten and helion only: gemm in one
-call with ``--input`` (``--layout tt``, so that both gradients are compared), addmm one call
+call with ``--input`` (``--layout tt`` unless ``--layout`` says otherwise), addmm one call
 per shape (tritonbench's addmm takes one ``--m/--k/--n``, with an [M, N] bias). Then it
 writes ``validation.csv`` and ``validation.json`` (per op, mode, dtype and shape: aten's and
 helion's latency, the speedup, helion's accuracy) and prints the geomean and minimum.
@@ -40,10 +40,11 @@ BACKENDS = {
 
 def run(
     op: str, precision: str, modes: str, shapes: list[tuple[int, int, int]], out: Path,
-    extra: list[str], part: str = "0/1",
+    extra: list[str], part: str = "0/1", layout: str = "tt",
 ) -> int:  # fmt: skip
     """The run_bench.py calls of one op and dtype (of its shapes, those of ``part`` "I/N":
-    every Nth from the Ith), each into a folder of its own under out; the worst exit status."""
+    every Nth from the Ith), each into a folder of its own under out, gemm's operands in
+    ``layout`` (tritonbench's ``--layout``); the worst exit status."""
     index, parts = (int(x) for x in part.split("/"))
     shapes = shapes[index::parts]
     common = ["--precision", precision, "--mode", modes, "--only", ",".join(BACKENDS[op])]
@@ -54,7 +55,7 @@ def run(
         folder.mkdir(parents=True, exist_ok=True)
         shapes_csv = folder / "shapes.csv"  # tritonbench's --input format
         shapes_csv.write_text("M,N,K,Bias\n" + "".join(f"{m},{n},{k},\n" for m, n, k in shapes))
-        argv = ["--layout", "tt", "--input", str(shapes_csv.resolve())]
+        argv = ["--layout", layout, "--input", str(shapes_csv.resolve())]
         return run_bench(["--op", "gemm", *argv, *common, "--output-dir", str(folder), *extra])
     status = 0
     for m, n, k in shapes:
@@ -204,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="fwd,bwd")
     parser.add_argument("--shapes", type=Path, default=VALIDATION_CSV)
     parser.add_argument(
+        "--layout",
+        default="tt",
+        choices=("tt", "tn", "nt", "nn"),
+        help="gemm's operand layout, as tritonbench's --layout (whose own default is tn)",
+    )
+    parser.add_argument(
         "--max-dim", type=int, help="only the shapes whose M, N and K are all at most this"
     )
     parser.add_argument("--output-dir", type=Path, default=Path("validation_results"))
@@ -240,13 +247,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(err))
     for folder in [] if args.summarize_only else folders:
         if count:
-            common = ["--mode", args.mode, "--shapes", str(args.shapes)]
+            common = ["--mode", args.mode, "--shapes", str(args.shapes), "--layout", args.layout]
             common += ["--output-dir", str(folder)]
             common += ["--max-dim", str(args.max_dim)] if args.max_dim else []
             status = max(status, run_on_gpus(dealt_out(units, count), count, [*common, *extra]))
         else:
             for op, precision in units:
-                code = run(op, precision, args.mode, shapes, folder, extra, args.part)
+                code = run(op, precision, args.mode, shapes, folder, extra, args.part, args.layout)
                 status = max(status, code)
     if args.no_summary:
         return status

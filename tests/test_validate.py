@@ -91,6 +91,26 @@ def test_fewer_units_than_gpus_are_dealt_out_in_parts(tmp_path, monkeypatch):
     assert [c[c.index("--m") + 1] for c in calls] == ["2", "4"]
 
 
+def test_gemm_runs_in_the_layout_asked_for(tmp_path, monkeypatch):
+    """gemm's --layout reaches tritonbench: tt unless told, tn (tritonbench's default) when
+    asked, in this process and in the command of each --gpus worker."""
+    import torch
+
+    layouts = []
+    monkeypatch.setattr(validate, "run_bench", lambda argv: layouts.append(argv) or 0)
+    assert validate.run("gemm", "bf16", "fwd", [(8, 8, 8)], tmp_path, []) == 0
+    assert validate.run("gemm", "bf16", "fwd", [(8, 8, 8)], tmp_path, [], layout="tn") == 0
+    assert [argv[argv.index("--layout") + 1] for argv in layouts] == ["tt", "tn"]
+    assert all(argv.count("--layout") == 1 for argv in layouts)
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    workers_argv = []
+    monkeypatch.setattr(validate, "run_on_gpus", lambda u, c, argv: workers_argv.extend(argv) or 0)
+    argv = ["--gpus", "1", "--op", "gemm", "--layout", "tn", "--no-summary"]
+    validate.main([*argv, "--output-dir", str(tmp_path)])
+    assert workers_argv[workers_argv.index("--layout") + 1] == "tn"
+
+
 def test_gpus_summarize_once_all_workers_wrote(tmp_path, monkeypatch):
     import torch
 
