@@ -62,7 +62,9 @@ from helion_ops.staging import staged
 from helion_ops.table import product_mnk
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
+
+    from helion.runtime.kernel import BoundKernel
 
     Epilogue = Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor]
 
@@ -362,33 +364,58 @@ def _compile_and_run(
 ) -> torch.Tensor:
     """Compile the chosen config for a new specialization, run it once and keep its plan.
 
-    A table entry must never make a call fail: where the chosen config does not compile, or
-    Triton finds on the first launch that it needs more shared memory than the GPU has (an
-    epilogue the entry was not measured with), Helion's default, which always fits, is used.
+    A config must never make a call fail: where the chosen one does not compile, or Triton
+    finds on the first launch that it needs more shared memory than the GPU has (an epilogue
+    or operand layouts it was not measured with), the next of ``_fallbacks`` that runs is
+    used, with a warning.
     """
     bound = kernel.bind(args)
+    chosen = None
     try:
-        host_function = bound.compile_config(bound.autotune(args, force=False))
-        launcher = DirectLauncher()
-        out = host_function(*args, _launcher=launcher)
+        chosen = bound.autotune(args, force=False)  # which compiles it, too
+        host_function, launcher, out = _first_run(bound, chosen, args)
     except helion.exc.IndexOffsetOutOfRangeForInt32:
         return _compile_and_run(WIDE[kernel], args, key)
     except (helion.exc.BaseError, OutOfResources) as error:
+        for fallback in _fallbacks(bound, chosen):
+            try:
+                host_function, launcher, out = _first_run(bound, fallback, args)
+            except (helion.exc.BaseError, OutOfResources):
+                continue
+            break
+        else:
+            raise
         warnings.warn(
             f"helion_ops: the config chosen for {kernel.name} on "
             f"{[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]} "
-            f"does not run ({error}); "
-            "using Helion's default",
+            f"does not run ({error}); running {dict(fallback.config)}",
             stacklevel=4,
         )
-        host_function = bound.compile_config(bound.config_spec.default_config())
-        launcher = DirectLauncher()
-        out = host_function(*args, _launcher=launcher)
     zeroed = kernel in ZEROED_OUTPUTS
     _compiled[key] = plan_for(host_function, launcher, args, zeroed) or functools.partial(
         host_function, _launcher=launcher
     )
     return out
+
+
+def _first_run(
+    bound: BoundKernel, config: helion.Config, args: tuple[Any, ...]
+) -> tuple[Callable[..., Any], DirectLauncher, Any]:
+    host_function = bound.compile_config(config)
+    launcher = DirectLauncher()
+    return host_function, launcher, host_function(*args, _launcher=launcher)
+
+
+def _fallbacks(bound: BoundKernel, chosen: helion.Config | None) -> Iterator[helion.Config]:
+    """Where ``chosen`` does not run: its tiles in fewer pipeline stages (most of the shared
+    memory it asks for), down to 2, then Helion's conservative reference config, which always
+    fits (at once where the chosen config did not even compile: None). Not Helion's default:
+    on a GPU that can be a heuristic's seed as large as the chosen config (the backward's
+    pair of 1536^3 with every operand column-major asked 288 KiB of shared memory of 227,
+    and the call failed past the fallback to Helion's default: H200, 2026-12-02)."""
+    for stages in range(chosen.config.get("num_stages", 1) - 1, 1, -1) if chosen else ():
+        yield helion.Config(**{**chosen.config, "num_stages": stages})
+    yield bound.config_spec.autotune_reference_config()
 
 
 def _kernel_for(dtype: torch.dtype, split_k: bool = False, pair: bool = False) -> helion.Kernel:

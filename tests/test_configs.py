@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import helion
 import pytest
@@ -146,7 +147,7 @@ def test_split_k_kernel_adds_partial_tiles_atomically():
     assert "tl.atomic_add(" in bound.to_triton_code(config)
 
 
-def test_a_config_that_does_not_compile_falls_back_to_helions_default(monkeypatch):
+def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monkeypatch):
     import helion_ops
     from helion_ops import kernel
 
@@ -161,8 +162,9 @@ def test_a_config_that_does_not_compile_falls_back_to_helions_default(monkeypatc
     kernel.reset()
 
 
-def test_a_config_out_of_shared_memory_falls_back_to_helions_default(monkeypatch):
-    """Triton reports shared memory only when it compiles, at the first launch."""
+def test_a_config_out_of_shared_memory_falls_back_to_the_reference_config(monkeypatch):
+    """Triton reports shared memory only when it compiles, at the first launch. A chosen
+    config of one stage has no shallower pipeline: Helion's conservative reference config."""
     from triton.runtime.errors import OutOfResources
 
     import helion_ops
@@ -182,14 +184,48 @@ def test_a_config_out_of_shared_memory_falls_back_to_helions_default(monkeypatch
     monkeypatch.setattr(kernel, "DirectLauncher", OutOfSharedMemoryOnce)
     kernel.reset()
     a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
-    with pytest.warns(UserWarning, match="out of resource: shared memory"):
+    with pytest.warns(UserWarning, match="out of resource: shared memory") as record:
         out = helion_ops.matmul(a, b)
+    reference = matmul_kernel.bind((a, b)).config_spec.autotune_reference_config()
+    assert str(dict(reference.config)) in str(record[0].message)
     torch.testing.assert_close(out, a @ b)
     assert len(launched) == 2 and launched[0] is not launched[1]
-    torch.testing.assert_close(helion_ops.matmul(a, b), a @ b)  # the default, kept
-    # Through the second launcher again in the interpreter; on a GPU the default's launch
+    torch.testing.assert_close(helion_ops.matmul(a, b), a @ b)  # the fallback, kept
+    # Through the second launcher again in the interpreter; on a GPU the fallback's launch
     # plan calls the compiled kernel itself, past any launcher.
     assert launched[2:] == ([] if HAS_CUDA else [launched[1]])
+    kernel.reset()
+
+
+def test_a_pipeline_too_deep_for_shared_memory_runs_shallower(monkeypatch):
+    """The chosen tiles in fewer stages before anything else, down to the first that fits;
+    a fallback that does not run either is skipped, with one warning for the call."""
+    from triton.runtime.errors import OutOfResources
+
+    import helion_ops
+    from helion_ops import kernel
+
+    chosen = helion.Config(block_sizes=[32, 32, 32], num_warps=4, num_stages=4)
+    monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: chosen)
+    stages = []
+
+    class FitsInTwoStages(plans.DirectLauncher):
+        def __call__(self, *args, **options):
+            stages.append(options["num_stages"])
+            if options["num_stages"] > 2:
+                raise OutOfResources(294912, 232448, "shared memory")
+            return super().__call__(*args, **options)
+
+    monkeypatch.setattr(kernel, "DirectLauncher", FitsInTwoStages)
+    kernel.reset()
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = helion_ops.matmul(a, b)
+    assert stages[:3] == [4, 3, 2]
+    (warning,) = [w for w in record if "helion_ops" in str(w.message)]
+    assert "'num_stages': 2" in str(warning.message)
+    torch.testing.assert_close(out, a @ b)
     kernel.reset()
 
 
