@@ -408,14 +408,37 @@ def _first_run(
 
 def _fallbacks(bound: BoundKernel, chosen: helion.Config | None) -> Iterator[helion.Config]:
     """Where ``chosen`` does not run: its tiles in fewer pipeline stages (most of the shared
-    memory it asks for), down to 2, then Helion's conservative reference config, which always
-    fits (at once where the chosen config did not even compile: None). Not Helion's default:
-    on a GPU that can be a heuristic's seed as large as the chosen config (the backward's
-    pair of 1536^3 with every operand column-major asked 288 KiB of shared memory of 227,
-    and the call failed past the fallback to Helion's default: H200, 2026-12-02)."""
-    for stages in range(chosen.config.get("num_stages", 1) - 1, 1, -1) if chosen else ():
+    memory it asks for), down to 2; then its tiles halved along their longer side, from its
+    depth down to 2; then Helion's conservative reference config, which always fits (at once
+    where the chosen config did not even compile: None). Not Helion's default: on a GPU that
+    can be a heuristic's seed as large as the chosen config (NOTES 109). The backward's pair
+    with every operand column-major asks for both products' buffers at once, up to 360568
+    bytes of 232448 in 3 stages and more than fits in 2; its 16x16 reference tiles ran 7.7-19x
+    slower than the halved ones (H200, 2026-12-03: NOTES 110)."""
+    if chosen is None:
+        yield bound.config_spec.autotune_reference_config()
+        return
+    depth = chosen.config.get("num_stages", 1)
+    for stages in range(depth - 1, 1, -1):
         yield helion.Config(**{**chosen.config, "num_stages": stages})
+    halved = _halved_tiles(chosen)
+    for stages in range(depth, 1, -1) if halved else ():
+        yield helion.Config(**{**halved.config, "num_stages": stages})
     yield bound.config_spec.autotune_reference_config()
+
+
+def _halved_tiles(config: helion.Config) -> helion.Config | None:
+    """``config`` with each product's output tile (the first two of its three block sizes)
+    halved along its longer side; None where a tile is already 16 wide."""
+    sizes = list(config.config["block_sizes"])
+    if len(sizes) % 3:
+        return None
+    for first in range(0, len(sizes), 3):
+        longer = first + int(sizes[first + 1] > sizes[first])
+        if sizes[longer] <= 16:
+            return None
+        sizes[longer] //= 2
+    return helion.Config(**{**config.config, "block_sizes": sizes})
 
 
 def _kernel_for(dtype: torch.dtype, split_k: bool = False, pair: bool = False) -> helion.Kernel:

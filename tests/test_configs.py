@@ -229,6 +229,52 @@ def test_a_pipeline_too_deep_for_shared_memory_runs_shallower(monkeypatch):
     kernel.reset()
 
 
+def test_tiles_too_large_at_any_depth_run_halved(monkeypatch):
+    """Where no depth of the chosen tiles fits (the backward's pair with every operand
+    column-major: NOTES 110), the tiles halved along their longer side run next, before
+    Helion's reference config (16x16 tiles: 7.7-19x slower than halved ones there)."""
+    from triton.runtime.errors import OutOfResources
+
+    import helion_ops
+    from helion_ops import kernel
+
+    chosen = helion.Config(block_sizes=[32, 64, 32], num_warps=4, num_stages=3)
+    monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: chosen)
+    stages = []
+
+    class FitsOnlyHalved(plans.DirectLauncher):
+        def __call__(self, *args, **options):
+            stages.append(options["num_stages"])
+            if len(stages) <= 2:  # the chosen tiles, in 3 stages and in 2
+                raise OutOfResources(360568, 232448, "shared memory")
+            return super().__call__(*args, **options)
+
+    monkeypatch.setattr(kernel, "DirectLauncher", FitsOnlyHalved)
+    kernel.reset()
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = helion_ops.matmul(a, b)
+    assert stages[:3] == [3, 2, 3]
+    (warning,) = [w for w in record if "helion_ops" in str(w.message)]
+    assert "'block_sizes': [32, 32, 32]" in str(warning.message)
+    assert "'num_stages': 3" in str(warning.message)
+    torch.testing.assert_close(out, a @ b)
+    kernel.reset()
+
+
+def test_halved_tiles_halve_each_products_longer_side():
+    from helion_ops.kernel import _halved_tiles
+
+    pair = helion.Config(block_sizes=[128, 256, 64, 128, 128, 64], num_stages=3)
+    assert _halved_tiles(pair).config == {
+        **pair.config,
+        "block_sizes": [128, 128, 64, 64, 128, 64],
+    }
+    assert _halved_tiles(helion.Config(block_sizes=[16, 16, 64])) is None
+    assert _halved_tiles(helion.Config(block_sizes=[64, 64])) is None
+
+
 def test_an_epilogue_is_plain_or_loads_a_bias():
     a, b = torch.randn(256, 64), torch.randn(64, 128)
     bias = torch.randn(128).expand(256, 128)
