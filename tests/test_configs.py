@@ -197,70 +197,55 @@ def test_a_config_out_of_shared_memory_falls_back_to_the_reference_config(monkey
     kernel.reset()
 
 
-def test_a_pipeline_too_deep_for_shared_memory_runs_shallower(monkeypatch):
-    """The chosen tiles in fewer stages before anything else, down to the first that fits;
-    a fallback that does not run either is skipped, with one warning for the call."""
+def matmul_out_of_shared_memory_where(monkeypatch, chosen, fails):
+    """``helion_ops.matmul`` on small operands, ``chosen`` for its config and a launcher that
+    runs out of shared memory where ``fails(depths)`` (the pipeline depth of every launch so
+    far, this one's last). The depths launched and the one helion_ops warning."""
     from triton.runtime.errors import OutOfResources
 
     import helion_ops
     from helion_ops import kernel
 
-    chosen = helion.Config(block_sizes=[32, 32, 32], num_warps=4, num_stages=4)
     monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: chosen)
-    stages = []
+    depths = []
 
-    class FitsInTwoStages(plans.DirectLauncher):
+    class OutOfSharedMemoryWhere(plans.DirectLauncher):
         def __call__(self, *args, **options):
-            stages.append(options["num_stages"])
-            if options["num_stages"] > 2:
-                raise OutOfResources(294912, 232448, "shared memory")
+            depths.append(options["num_stages"])
+            if fails(depths):
+                raise OutOfResources(360568, 232448, "shared memory")
             return super().__call__(*args, **options)
 
-    monkeypatch.setattr(kernel, "DirectLauncher", FitsInTwoStages)
+    monkeypatch.setattr(kernel, "DirectLauncher", OutOfSharedMemoryWhere)
     kernel.reset()
     a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         out = helion_ops.matmul(a, b)
-    assert stages[:3] == [4, 3, 2]
-    (warning,) = [w for w in record if "helion_ops" in str(w.message)]
-    assert "'num_stages': 2" in str(warning.message)
-    torch.testing.assert_close(out, a @ b)
     kernel.reset()
+    torch.testing.assert_close(out, a @ b)
+    (warning,) = [w for w in record if "helion_ops" in str(w.message)]
+    return depths, str(warning.message)
+
+
+def test_a_pipeline_too_deep_for_shared_memory_runs_shallower(monkeypatch):
+    """The chosen tiles in fewer stages before anything else, down to the first that fits;
+    a fallback that does not run either is skipped, with one warning for the call."""
+    chosen = helion.Config(block_sizes=[32, 32, 32], num_warps=4, num_stages=4)
+    depths, warning = matmul_out_of_shared_memory_where(monkeypatch, chosen, lambda d: d[-1] > 2)
+    assert depths[:3] == [4, 3, 2]
+    assert "'block_sizes': [32, 32, 32]" in warning and "'num_stages': 2" in warning
 
 
 def test_tiles_too_large_at_any_depth_run_halved(monkeypatch):
     """Where no depth of the chosen tiles fits (the backward's pair with every operand
     column-major: NOTES 110), the tiles halved along their longer side run next, before
     Helion's reference config (16x16 tiles: 7.7-19x slower than halved ones there)."""
-    from triton.runtime.errors import OutOfResources
-
-    import helion_ops
-    from helion_ops import kernel
-
     chosen = helion.Config(block_sizes=[32, 64, 32], num_warps=4, num_stages=3)
-    monkeypatch.setattr(configs, "choose_config", lambda bound, a, b: chosen)
-    stages = []
-
-    class FitsOnlyHalved(plans.DirectLauncher):
-        def __call__(self, *args, **options):
-            stages.append(options["num_stages"])
-            if len(stages) <= 2:  # the chosen tiles, in 3 stages and in 2
-                raise OutOfResources(360568, 232448, "shared memory")
-            return super().__call__(*args, **options)
-
-    monkeypatch.setattr(kernel, "DirectLauncher", FitsOnlyHalved)
-    kernel.reset()
-    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        out = helion_ops.matmul(a, b)
-    assert stages[:3] == [3, 2, 3]
-    (warning,) = [w for w in record if "helion_ops" in str(w.message)]
-    assert "'block_sizes': [32, 32, 32]" in str(warning.message)
-    assert "'num_stages': 3" in str(warning.message)
-    torch.testing.assert_close(out, a @ b)
-    kernel.reset()
+    # The chosen tiles fail in 3 stages and in 2.
+    depths, warning = matmul_out_of_shared_memory_where(monkeypatch, chosen, lambda d: len(d) <= 2)
+    assert depths[:3] == [3, 2, 3]
+    assert "'block_sizes': [32, 32, 32]" in warning and "'num_stages': 3" in warning
 
 
 def test_halved_tiles_halve_each_products_longer_side():
