@@ -430,8 +430,8 @@ def _fallbacks(bound: BoundKernel, chosen: helion.Config | None) -> Iterator[hel
 def _halved_tiles(config: helion.Config) -> helion.Config | None:
     """``config`` with each product's output tile (the first two of its three block sizes)
     halved along its longer side; None where a tile is already 16 wide."""
-    sizes = list(config.config["block_sizes"])
-    if len(sizes) % 3:
+    sizes = list(config.config.get("block_sizes", ()))
+    if not sizes or len(sizes) % 3:
         return None
     for first in range(0, len(sizes), 3):
         longer = first + int(sizes[first + 1] > sizes[first])

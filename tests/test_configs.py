@@ -258,6 +258,7 @@ def test_halved_tiles_halve_each_products_longer_side():
     }
     assert _halved_tiles(helion.Config(block_sizes=[16, 16, 64])) is None
     assert _halved_tiles(helion.Config(block_sizes=[64, 64])) is None
+    assert _halved_tiles(helion.Config(num_stages=3)) is None
 
 
 def test_an_epilogue_is_plain_or_loads_a_bias():
