@@ -415,21 +415,25 @@ def _fallbacks(bound: BoundKernel, chosen: helion.Config | None) -> Iterator[hel
     with every operand column-major asks for both products' buffers at once, up to 360568
     bytes of 232448 in 3 stages and more than fits in 2; its 16x16 reference tiles ran 7.7-19x
     slower than the halved ones (H200, 2026-12-03: NOTES 110)."""
-    if chosen is None:
-        yield bound.config_spec.autotune_reference_config()
-        return
-    depth = chosen.config.get("num_stages", 1)
-    for stages in range(depth - 1, 1, -1):
-        yield helion.Config(**{**chosen.config, "num_stages": stages})
-    halved = _halved_tiles(chosen)
-    for stages in range(depth, 1, -1) if halved else ():
-        yield helion.Config(**{**halved.config, "num_stages": stages})
+    if chosen is not None:
+        depth = chosen.config.get("num_stages", 1)
+        yield from _at_depths(chosen, range(depth - 1, 1, -1))
+        halved = _halved_tiles(chosen)
+        if halved is not None:
+            yield from _at_depths(halved, range(depth, 1, -1))
     yield bound.config_spec.autotune_reference_config()
+
+
+def _at_depths(config: helion.Config, depths: range) -> Iterator[helion.Config]:
+    """``config`` in each of ``depths`` pipeline stages."""
+    for stages in depths:
+        yield helion.Config(**{**config.config, "num_stages": stages})
 
 
 def _halved_tiles(config: helion.Config) -> helion.Config | None:
     """``config`` with each product's output tile (the first two of its three block sizes)
-    halved along its longer side; None where a tile is already 16 wide."""
+    halved along its longer side; None where a tile's longer side is 16 already, or where the
+    block sizes are not whole triples."""
     sizes = list(config.config.get("block_sizes", ()))
     if not sizes or len(sizes) % 3:
         return None
