@@ -132,6 +132,10 @@ def _matmul_pair(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # _matmul's loop for each product (Helion inlines no helper that holds a tile loop): one
     # launch, whose first programs take the tiles of x1 @ y1 and the rest those of x2 @ y2.
+    # The second product loads y before x. Triton 3.6-3.9 gives the two loops' pipeline
+    # buffers the same shared memory only where their loads differ in order of shape; with
+    # every operand column-major (the backward of tritonbench's 'nn') the same order asked for
+    # both products' buffers at once (NOTES 111).
     m1, k1 = x1.size()
     _, n1 = y1.size()
     m2, k2 = x2.size()
@@ -146,7 +150,8 @@ def _matmul_pair(
     for tile_m, tile_n in hl.tile([m2, n2]):
         acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
         for tile_k in hl.tile(k2):
-            acc = torch.addmm(acc, x2[tile_m, tile_k], y2[tile_k, tile_n])
+            y2_tile = y2[tile_k, tile_n]
+            acc = torch.addmm(acc, x2[tile_m, tile_k], y2_tile)
         out2[tile_m, tile_n] = epilogue2(acc, (tile_m, tile_n))
     return out1, out2
 
@@ -411,10 +416,10 @@ def _fallbacks(bound: BoundKernel, chosen: helion.Config | None) -> Iterator[hel
     memory it asks for), down to 2; then its tiles halved along their longer side, from its
     depth down to 2; then Helion's conservative reference config, which always fits (at once
     where the chosen config did not even compile: None). Not Helion's default: on a GPU that
-    can be a heuristic's seed as large as the chosen config (NOTES 109). The backward's pair
-    with every operand column-major asks for both products' buffers at once, up to 360568
-    bytes of 232448 in 3 stages and more than fits in 2; its 16x16 reference tiles ran 7.7-19x
-    slower than the halved ones (H200, 2026-12-03: NOTES 110)."""
+    can be a heuristic's seed as large as the chosen config (NOTES 109). Where a pair once
+    asked for both products' pipelines at once (360568 bytes of 232448 in 3 stages, more than
+    fits in 2), the 16x16 reference tiles ran 7.7-19x slower than the halved ones (H200,
+    2026-12-03: NOTES 110)."""
     if chosen is not None:
         depth = chosen.config.get("num_stages", 1)
         yield from _at_depths(chosen, range(depth - 1, 1, -1))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import warnings
 
 import helion
@@ -259,6 +262,67 @@ def test_halved_tiles_halve_each_products_longer_side():
     assert _halved_tiles(helion.Config(block_sizes=[16, 16, 64])) is None
     assert _halved_tiles(helion.Config(block_sizes=[64, 64])) is None
     assert _halved_tiles(helion.Config(num_stages=3)) is None
+
+
+# Compiles a generated module's kernel (bf16 operands) for sm90 and prints its shared memory.
+COMPILE_FOR_SM90 = """
+import importlib.util, sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+spec = importlib.util.spec_from_file_location("generated", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+(fn,) = [v for name, v in vars(module).items() if name.startswith("_helion_")]
+signature = {arg: "constexpr" if arg == "_NUM_SM" else "*bf16" for arg in fn.arg_names}
+source = ASTSource(fn, signature, constexprs={(fn.arg_names.index("_NUM_SM"),): 132})
+options = {"num_warps": int(sys.argv[2]), "num_stages": int(sys.argv[3])}
+print(triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared)
+"""
+
+
+def shared_memory_on_sm90(code: str, config: helion.Config, tmp_path) -> int:
+    """Bytes of shared memory Triton gives the kernel of Helion-generated ``code`` compiled
+    for sm90 (H100, H200), which needs no GPU. In a process of its own: Triton decides at
+    import whether its own helpers are interpreted, as they are in this one on a CPU."""
+    path = tmp_path / "generated.py"
+    path.write_text(code)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    depth = [str(config.config[k]) for k in ("num_warps", "num_stages")]
+    run = subprocess.run(
+        [sys.executable, "-c", COMPILE_FOR_SM90, str(path), *depth],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(run.stdout.split()[-1])
+
+
+@pytest.mark.parametrize("layout", ["tt", "tn", "nt", "nn"])
+def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
+    """The pair's two K loops never run at once, so their pipelines can share shared memory.
+    Triton 3.6-3.9 shares it only where the loops load their operands in a different order
+    of tile shapes (NOTES 111); the backward with both operands column-major (tritonbench's
+    'nn') loaded them in the same order, and 128x128x64 tiles in 4 stages asked for 295040
+    bytes of the H200's 232448. On every layout: one pipeline (4 stages of two 16 KiB tiles)
+    and the output tile, not two."""
+    mat1, mat2, grad_out = (torch.randn(1536, 1536, dtype=torch.bfloat16) for _ in range(3))
+    mat1 = mat1.T if layout[0] == "n" else mat1  # column-major, as ops._operand_grads sees it
+    mat2 = mat2.T if layout[1] == "n" else mat2
+    first = (mat2, grad_out.T) if layout[0] == "n" else (grad_out, mat2.T)
+    second = (grad_out.T, mat1) if layout[1] == "n" else (mat1.T, grad_out)
+    config = helion.Config(
+        block_sizes=[128, 128, 64] * 2,
+        num_warps=8,
+        num_stages=4,
+        indexing="tensor_descriptor",
+        pid_type="persistent_interleaved",
+    )
+    pair_kernel.reset()
+    code = pair_kernel.bind((*first, *second, scaled(1.0), scaled(1.0))).to_triton_code(config)
+    pipeline, out_tile = 4 * 2 * 128 * 64 * 2, 128 * 128 * 2
+    shared = shared_memory_on_sm90(code, config, tmp_path)
+    assert pipeline + out_tile <= shared < pipeline + out_tile + 2048
 
 
 def test_an_epilogue_is_plain_or_loads_a_bias():

@@ -60,14 +60,17 @@ def test_addmm_fwd_bwd_at_size(dtype_mode, bias_shape, m, k, n):
 @pytest.mark.parametrize("m,n,k", [(1536, 1536, 1536), (3000, 5000, 2000)], ids=str)
 def test_every_operand_layout_runs_at_size(m, n, k, layout, op):
     """tritonbench's layouts ("n": that operand column-major) each choose their own configs,
-    forward and backward; none may fail for shared memory (1536^3 with both operands
-    column-major did before 2026-12-02's fallback: NOTES 109)."""
+    forward and backward; each must run as chosen, not fall back with a warning (1536^3 with
+    both operands column-major failed for shared memory before 2026-12-02's fallback, NOTES
+    109, and fell back until the pair's load order, NOTES 111)."""
     a = make((m, k), torch.bfloat16, transposed=layout[0] == "n")
     b = make((k, n), torch.bfloat16, transposed=layout[1] == "n")
-    if op == "matmul":
-        check_matmul(a, b)
-    else:
-        check_addmm(make((m, n), torch.bfloat16), a, b)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="helion_ops")
+        if op == "matmul":
+            check_matmul(a, b)
+        else:
+            check_addmm(make((m, n), torch.bfloat16), a, b)
 
 
 def tuned_entries_and_biases():
