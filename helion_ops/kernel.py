@@ -132,10 +132,10 @@ def _matmul_pair(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # _matmul's loop for each product (Helion inlines no helper that holds a tile loop): one
     # launch, whose first programs take the tiles of x1 @ y1 and the rest those of x2 @ y2.
-    # The second product loads y before x. Triton 3.6-3.9 gives the two loops' pipeline
-    # buffers the same shared memory only where their loads differ in order of shape; with
-    # every operand column-major (the backward of tritonbench's 'nn') the same order asked for
-    # both products' buffers at once (NOTES 111).
+    # The second product loads y before x. Triton (3.6 to 3.9) lets the two loops' pipeline
+    # buffers share shared memory only where the loops' loads, in order, differ in tile
+    # shape; with every operand column-major (the backward of tritonbench's 'nn') they did
+    # not, and the pair asked for both products' buffers at once (NOTES 111).
     m1, k1 = x1.size()
     _, n1 = y1.size()
     m2, k2 = x2.size()

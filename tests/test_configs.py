@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from helion_ops import candidates, configs, model, plans, shapes, tune
+from helion_ops import candidates, configs, model, ops, plans, shapes, tune
 from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
@@ -307,10 +307,16 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     bytes of the H200's 232448. On every layout: one pipeline (4 stages of two 16 KiB tiles)
     and the output tile, not two."""
     mat1, mat2, grad_out = (torch.randn(1536, 1536, dtype=torch.bfloat16) for _ in range(3))
-    mat1 = mat1.T if layout[0] == "n" else mat1  # column-major, as ops._operand_grads sees it
-    mat2 = mat2.T if layout[1] == "n" else mat2
-    first = (mat2, grad_out.T) if layout[0] == "n" else (grad_out, mat2.T)
-    second = (grad_out.T, mat1) if layout[1] == "n" else (mat1.T, grad_out)
+    column_major = layout[0] == "n", layout[1] == "n"
+    mat1, mat2 = (t.T if col else t for t, col in zip((mat1, mat2), column_major, strict=True))
+    pairs = []  # the backward's pair operands, as ops passes them to the pair
+
+    def pair(*args):
+        pairs.append(args[:4])
+        return grad_out, grad_out
+
+    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, column_major)
+    (operands,) = pairs
     config = helion.Config(
         block_sizes=[128, 128, 64] * 2,
         num_warps=8,
@@ -319,7 +325,7 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
         pid_type="persistent_interleaved",
     )
     pair_kernel.reset()
-    code = pair_kernel.bind((*first, *second, scaled(1.0), scaled(1.0))).to_triton_code(config)
+    code = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0))).to_triton_code(config)
     pipeline, out_tile = 4 * 2 * 128 * 64 * 2, 128 * 128 * 2
     shared = shared_memory_on_sm90(code, config, tmp_path)
     assert pipeline + out_tile <= shared < pipeline + out_tile + 2048
