@@ -241,9 +241,10 @@ def test_a_pipeline_too_deep_for_shared_memory_runs_shallower(monkeypatch):
 
 
 def test_tiles_too_large_at_any_depth_run_halved(monkeypatch):
-    """Where no depth of the chosen tiles fits (the backward's pair with every operand
-    column-major: NOTES 110), the tiles halved along their longer side run next, before
-    Helion's reference config (16x16 tiles: 7.7-19x slower than halved ones there)."""
+    """Where no depth of the chosen tiles fits (as for the backward's pair with every operand
+    column-major before NOTES 111's load order: NOTES 110), the tiles halved along their
+    longer side run next, before Helion's reference config (16x16 tiles: 7.7-19x slower than
+    halved ones there)."""
     chosen = helion.Config(block_sizes=[32, 64, 32], num_warps=4, num_stages=3)
     # The chosen tiles fail in 3 stages and in 2.
     depths, warning = matmul_out_of_shared_memory_where(monkeypatch, chosen, lambda d: len(d) <= 2)
