@@ -393,15 +393,53 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
     return True
 
 
+# Thin products: a few rows (decode steps of a batch of at most 64) times a weight of a long K
+# and a narrow N. Reading the weight is all their time; the plain kernel's tiles along N
+# (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight. Split
+# over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16 tiles: 96 KiB of
+# shared memory, so two fit an SM), they run at aten's speed or near it. On the H200 (bf16,
+# call 243, NOTES 112, shapes of no set): 16x4096x14336 54.6 us -> 33.4 (aten 32.4),
+# 1x4096x4096 12.6 -> 10.1 (10.4), 48x5120x5120 22.2 -> 19.5 (15.4); the GPT-2 head's
+# grad_out @ mat2.T at 4 tokens (4x768x50257, K off 16 bytes, loaded element by element
+# either way) 1162 -> 55.5 (79.5). With 112 tiles (16x14336x4096) the plain kernel stayed
+# faster (30.9 us against 34.8), so only N of at most ``THIN_COLUMNS`` (64 tiles, half an
+# H100's or H200's SMs); all were measured at K of 4096 or more.
+THIN_ROWS = 64
+THIN_COLUMNS = 64 * 128
+THIN_K = 4096
+THIN_TILE = (64, 128, 4, 4)  # BM, BN, stages, warps
+
+
+def thin(m: int, n: int, k: int) -> bool:
+    """Whether ``m x n x k`` is a thin product (``THIN_ROWS`` and the rest above)."""
+    return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
+
+
+def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """A thin product's split-K config: ``THIN_TILE``, K cut so that the programs (tiles
+    times pieces) come nearest, by ratio, to two per SM."""
+    bm, bn, stages, warps = THIN_TILE
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+
+    def distance(split: int) -> float:
+        return abs(math.log(tiles * math.ceil(k / k_block(k, split)) / (2 * sms)))
+
+    split = min((1 << e for e in range(9)), key=distance)
+    return split_config(bm, bn, 64, split, stages, warps=warps)
+
+
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """The split-K kernel's config where the table has none: the tile (``SPLIT_TILES``) and
-    split of least wave cost. K in ``split`` pieces gives ``tiles * chunks`` programs, run in
-    ``ceil(programs / sms)`` rounds of ``K block / 64`` steps plus the atomic add of the fp32
-    tile (counted as ``ATOMIC_STEPS``), each step at the tile's cost. On the table's split-K
-    keys (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this
-    gives their tuned tiles and split (128x256, 8 and 64), not at 512x512 (128x256 in 16;
-    tuned: 128x128 in 8); on smaller outputs (256x384 to 256x1024, K of 8k to 25k) the
-    128x128 tiles that ran 1.2-1.3x faster on the H200 (NOTES 84)."""
+    """The split-K kernel's config where the table has none: ``thin_split`` for a thin
+    product, else the tile (``SPLIT_TILES``) and split of least wave cost. K in ``split``
+    pieces gives ``tiles * chunks`` programs, run in ``ceil(programs / sms)`` rounds of ``K
+    block / 64`` steps plus the atomic add of the fp32 tile (counted as ``ATOMIC_STEPS``),
+    each step at the tile's cost. On the table's split-K keys (outputs of 256x768 to
+    1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their tuned tiles and split
+    (128x256, 8 and 64), not at 512x512 (128x256 in 16; tuned: 128x128 in 8); on smaller
+    outputs (256x384 to 256x1024, K of 8k to 25k) the 128x128 tiles that ran 1.2-1.3x faster
+    on the H200 (NOTES 84)."""
+    if thin(m, n, k):
+        return thin_split(m, n, k, sms)
 
     def cost(tile: tuple[int, int, int, int, float], split: int) -> tuple[float, int]:
         bm, bn, _, _, step = tile

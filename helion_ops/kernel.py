@@ -54,6 +54,7 @@ from helion_ops.configs import (
     operands_key,
     select_config,
     splits_k,
+    thin,
     transposed_pays,
     tuned_pair,
 )
@@ -459,9 +460,15 @@ def _kernel_for(dtype: torch.dtype, split_k: bool = False, pair: bool = False) -
     return matmul_kernel_tf32 if tf32 else matmul_kernel
 
 
-def wants_split_k(m: int, n: int, k: int) -> bool:
-    """Few output tiles and a long K: at most 1024 tiles of 64x64 and K at least 8x M and N."""
+def few_tiles_long_k(m: int, n: int, k: int) -> bool:
+    """At most 1024 output tiles of 64x64 and K at least 8x M and N."""
     return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
+
+
+def wants_split_k(m: int, n: int, k: int) -> bool:
+    """Few output tiles and a long K (``few_tiles_long_k``), or a thin product
+    (``configs.thin``)."""
+    return few_tiles_long_k(m, n, k) or thin(m, n, k)
 
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so
@@ -691,26 +698,38 @@ def launch_addmm(
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.)
     deterministic = deterministic_algorithms()
+    # A thin product's plain kernel loading K element by element is slower still than its
+    # split-K kernel doing so. Where K loads in vectors, a thin product outside the few-tiles
+    # class splits under CUDA graphs only: outside them the split's host time (three launches
+    # on the launcher's full path) cost more than it saved (NOTES 112).
+    vectorized = k_masks_vectorize(a, b)
     split_k = (
         wants_split_k(m, n, k)
-        and k_masks_vectorize(a, b)
+        and (vectorized or thin(m, n, k))
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
-    if split_k and not deterministic:
+    capture_only = split_k and vectorized and not few_tiles_long_k(m, n, k)
+    eager = not capturing(a)
+    if split_k and not deterministic and not (capture_only and eager):
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
         out = _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
         if bias is None:  # what the C++ path replays (a backward's product)
             record_result(partial, out)
         return out
+    bias_key = bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16)
+    split_key = (*operands_key(a, b), bias_key)
+    if capture_only and not deterministic and split_key not in _splits_compiled:
+        # Eager calls run the plain kernel; the first compiles the split (its result
+        # unused), which a capture should not do.
+        _splits_compiled.add(split_key)
+        _run(_kernel_for(a.dtype, split_k=True), (a, b))
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
-        if split.eager or capturing(a):
+        if split.eager or not eager:
             return launch_last_wave(bias, a, b, alpha, beta, split.rows)
         # Eager calls of a product that splits under a capture run the plain kernel; the
         # first also compiles the split (its result unused), which a capture should not do.
-        bias_key = bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16)
-        split_key = (*operands_key(a, b), bias_key)
         if split_key not in _splits_compiled:
             _splits_compiled.add(split_key)
             launch_last_wave(bias, a, b, alpha, beta, split.rows)
@@ -721,10 +740,10 @@ def launch_addmm(
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism
     # switch a split or split-K product takes neither: the switch is not in the key.)
     plans = None
-    if a.dtype in FAST_DTYPES and not split_k:
-        if split is None:
+    if a.dtype in FAST_DTYPES and not (split_k and not capture_only):
+        if split is None and not capture_only:
             plans = _fast_mm if bias is None else _fast_addmm
-        elif not (split.eager or deterministic):
+        elif not deterministic and (capture_only or not split.eager):
             plans = _fast_eager
     key = mm_key if bias is None else fast_key
     fast = (plans, key) if plans is not None and key is not None else None

@@ -24,9 +24,11 @@ from helion_ops.configs import (
     model_without_entry,
     operands_key,
     rows_off_lines,
+    thin,
     tma_aligned,
 )
 from helion_ops.model import LINE_BYTES
+from helion_ops.table import product_mnk
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -73,8 +75,12 @@ def staged(
 def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
-    without a table entry on a GPU with a model; decided once per ``operands_key``."""
+    without a table entry on a GPU with a model; decided once per ``operands_key``. Never a
+    thin product (``configs.thin``): its split-K kernel reads the large operand once, as a
+    copy would."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
+        return False
+    if thin(*product_mnk(a, b)):
         return False
     key = operands_key(a, b)
     decision = _decisions.get(key)

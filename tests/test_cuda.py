@@ -385,6 +385,23 @@ def test_split_k_without_an_entry_runs_the_split_rule():
     check_matmul(a, b)
 
 
+@pytest.mark.parametrize("m,k,n", [(16, 14336, 4096), (4, 50257, 768)])
+def test_a_thin_product_runs_the_thin_split(monkeypatch, m, k, n):
+    """A decode step's product (``configs.thin``; the second has K off 16 bytes, the GPT-2
+    head's grad_out @ mat2.T at 4 tokens): split-K on ``configs.thin_split``'s config."""
+    from test_ops import launches
+
+    launched = launches(monkeypatch)
+    a = make((m, k), torch.bfloat16)
+    b = make((k, n), torch.bfloat16, transposed=True)
+    assert configs.thin(m, n, k)
+    bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
+    sms = configs.sm_count(a.device)
+    assert configs.choose_config(bound, a, b) == configs.thin_split(m, n, k, sms)
+    check_matmul(a, b)
+    assert launched[0] is kernel.split_k_kernel
+
+
 def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):
     """Where ``split_rule`` would cut K in one piece (1536x1024 outputs: 96 tiles of 128x128
     already fill a wave), the product runs the plain kernel, without the fp32 sums and cast;

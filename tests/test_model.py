@@ -6,6 +6,7 @@ import csv
 import gzip
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -311,6 +312,20 @@ def test_tma_only_chooses_among_tensor_descriptor_candidates():
 def test_split_rule_takes_the_tile_and_split_of_least_wave_cost(m, n, k, tile, split):
     config = configs.split_rule(m, n, k, SMS).config
     assert (tuple(config["block_sizes"][:2]), config["split_k"]) == (tile, split)
+
+
+# The thin products of call 243 (H200, NOTES 112) and the split that ran fastest or within 3%
+# of it there; 48x5120x5120 cuts K in 5 pieces of 1024 (200 programs), 4x768x50257 in 50.
+@pytest.mark.parametrize(
+    "m,n,k,split",
+    [(1, 4096, 4096, 8), (16, 4096, 14336, 8), (32, 6144, 4096, 4), (48, 5120, 5120, 8),
+     (4, 768, 50257, 64)],
+)  # fmt: skip
+def test_split_rule_cuts_thin_products_into_two_programs_an_sm(m, n, k, split):
+    config = configs.split_rule(m, n, k, SMS).config
+    assert (config["block_sizes"], config["split_k"]) == ([64, 128, 64], split)
+    programs = math.ceil(n / 128) * math.ceil(k / model.k_block(k, split))
+    assert 2 * SMS / 1.5 < programs < 2 * SMS * 1.5
 
 
 def test_tensor_descriptor_alignment():

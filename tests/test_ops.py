@@ -88,6 +88,19 @@ def test_matmul_bwd(dtype_mode, backward_launches, m, k, n):
     check_matmul(a, b, fn=helion_ops.matmul_autograd)
 
 
+# A thin product (``configs.thin``) with K off 16 bytes runs split-K all the same (its plain
+# kernel would load element by element too): the forward of 3x40x4099, and the backward's
+# grad_out @ mat2.T of a 3x4101x40 product (3x40x4101).
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("m,k,n,thin", [(3, 4099, 40, (3, 40, 4099)), (3, 40, 4101, (3, 40, 4101))])
+def test_thin_products_run_split_k_with_k_off_16_bytes(dtype_mode, monkeypatch, m, k, n, thin):
+    launched = launches(monkeypatch)
+    a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
+    assert configs.thin(*thin)
+    check_matmul(a, b)
+    assert kernel.split_k_kernel in launched
+
+
 @dtypes
 @pytest.mark.parametrize(
     "alpha,beta", [(1.0, 1.0), (2.0, 0.5), (-1.5, 3.0), (0.0, 1.0), (1.0, 0.0), (0, 0)]
@@ -575,6 +588,27 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch, python
     monkeypatch.setattr(kernel, "capturing", lambda t: True)
     check_matmul(a, b)
     assert len(runs) == 2 and set(kernel._compiled) == compiled
+
+
+def test_a_thin_product_splits_under_captures_only(monkeypatch, python_path_only):
+    """A thin product outside the few-tiles class whose K loads in vectors (3x576x4096 in
+    fp16): eager calls run the plain kernel through the eager fast path, the first also
+    compiling the split-K kernel; a capture runs the split without compiling (NOTES 112)."""
+    a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
+    assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
+    kernel.reset()
+    launched = launches(monkeypatch)
+    check_matmul(a, b)
+    assert launched[:2] == [kernel.split_k_kernel, kernel.matmul_kernel]
+    key = kernel._mm_key(a, b, True)
+    assert key not in kernel._fast_mm and list(kernel._fast_eager) == [key]
+    launched.clear()
+    helion_ops.matmul(a.detach(), b.detach())
+    assert launched == []  # the eager fast path's plan
+    compiled = set(kernel._compiled)
+    monkeypatch.setattr(kernel, "capturing", lambda t: True)
+    check_matmul(a, b)
+    assert launched[0] is kernel.split_k_kernel and set(kernel._compiled) == compiled
 
 
 @pytest.mark.parametrize("layout", ["rr", "cr", "rc"])
