@@ -402,10 +402,10 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
 # 1x4096x4096 12.6 -> 10.1 (10.4), 48x5120x5120 22.2 -> 19.5 (15.4); the GPT-2 head's
 # grad_out @ mat2.T at 4 tokens (4x768x50257, K off 16 bytes, loaded element by element
 # either way) 1162 -> 55.5 (79.5). With 112 tiles (16x14336x4096) the plain kernel stayed
-# faster (30.9 us against 34.8), so only N of at most ``THIN_COLUMNS`` (64 tiles, half an
-# H100's or H200's SMs); all were measured at K of 4096 or more.
+# faster (30.9 us against 34.8), so only N of at most ``THIN_COLUMNS``: 48 tiles, the most
+# measured (N of 768 to 6144, K of 4096 to 50257).
 THIN_ROWS = 64
-THIN_COLUMNS = 64 * 128
+THIN_COLUMNS = 48 * 128
 THIN_K = 4096
 THIN_TILE = (64, 128, 4, 4)  # BM, BN, stages, warps
 

@@ -136,7 +136,8 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (20120, 512, 1536, False),
         (4096, 4096, 4096, False),
         (16, 4096, 14336, True),  # thin: a decode step's MLP down
-        (64, 8192, 4096, True),
+        (64, 6144, 4096, True),
+        (16, 8192, 8192, False),  # N of more tiles than measured
         (65, 4096, 8192, False),  # more rows than a thin product's
         (16, 14336, 4096, False),  # N of 112 tiles
         (16, 4096, 2048, False),  # K shorter than measured
