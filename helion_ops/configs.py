@@ -397,9 +397,9 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
 # and a narrow N. Reading the weight is all their time; the plain kernel's tiles along N
 # (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight. Split
 # over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16 tiles: 96 KiB of
-# shared memory, so two fit an SM), they run at aten's speed or near it. On the H200 (bf16,
-# call 243, NOTES 112, shapes of no set): 16x4096x14336 54.6 us -> 33.4 (aten 32.4),
-# 1x4096x4096 12.6 -> 10.1 (10.4), 48x5120x5120 22.2 -> 19.5 (15.4); the GPT-2 head's
+# shared memory, so two fit an SM), they ran 1.07-1.6x faster, at 0.79-1.03 of aten, on the
+# H200 (bf16, call 243, NOTES 112, shapes of no set): 16x4096x14336 54.6 us -> 33.4 (aten
+# 32.4), 1x4096x4096 12.6 -> 10.1 (10.4), 48x5120x5120 22.2 -> 19.5 (15.4); the GPT-2 head's
 # grad_out @ mat2.T at 4 tokens (4x768x50257, K off 16 bytes, loaded element by element
 # either way) 1162 -> 55.5 (79.5). With 112 tiles (16x14336x4096) the plain kernel stayed
 # faster (30.9 us against 34.8), so only N of at most ``THIN_COLUMNS``: 48 tiles, the most
