@@ -6,14 +6,14 @@ output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta but 1, whose
 epilogues leave their multiplies out (``scaled``): a specialization, and a fast-path key, of
-their own. Products
-with few output tiles and a long K go to ``split_k_kernel`` instead (``wants_split_k``, where
-its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
-the bias and cast. The backward's two products, where both are small (``wants_pair``) or the
-wave model predicts it faster (``configs.model_pair``), run in one launch of ``pair_kernel``:
-the same tile loop twice, each over its own range of programs. fp16/bf16 products whose b
-rows lie on 16 bytes but not 32 run ``transposed_kernel`` where ``configs.transposed_pays``:
-the same product as ``(y.T @ x.T).T``, the same epilogues and outputs.
+their own. Products with few output tiles and a long K, and thin ones (``configs.thin``), go
+to ``split_k_kernel`` instead (``wants_split_k``, where its config cuts K:
+``configs.splits_k``), whose fp32 partial sums need one pass to scale, add the bias and cast.
+The backward's two products, where both are small (``wants_pair``) or the wave model predicts
+it faster (``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop
+twice, each over its own range of programs. fp16/bf16 products whose b rows lie on 16 bytes
+but not 32 run ``transposed_kernel`` where ``configs.transposed_pays``: the same product as
+``(y.T @ x.T).T``, the same epilogues and outputs.
 
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked.
@@ -698,14 +698,14 @@ def launch_addmm(
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.)
     deterministic = deterministic_algorithms()
-    # A thin product's plain kernel loading K element by element is slower still than its
-    # split-K kernel doing so. Where K loads in vectors, a thin product outside the few-tiles
-    # class splits under CUDA graphs only: outside them the split's host time (three launches
-    # on the launcher's full path) cost more than it saved (NOTES 112).
+    # A thin product (fp16 or bf16: fp32 split-K products get Helion's default config, never
+    # measured on them) splits even where K loads element by element, as its plain kernel
+    # does so too and is slower still. Where K loads in vectors and the product is not of the
+    # few-tiles class, it splits under CUDA graphs only: outside them the split's host time
+    # (three launches on the launcher's full path) cost more than it saved (NOTES 112).
     vectorized = k_masks_vectorize(a, b)
     split_k = (
-        wants_split_k(m, n, k)
-        and (vectorized or thin(m, n, k))
+        ((few_tiles_long_k(m, n, k) and vectorized) or (a.dtype in FAST_DTYPES and thin(m, n, k)))
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
@@ -717,22 +717,17 @@ def launch_addmm(
         if bias is None:  # what the C++ path replays (a backward's product)
             record_result(partial, out)
         return out
-    bias_key = bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16)
-    split_key = (*operands_key(a, b), bias_key)
-    if capture_only and not deterministic and split_key not in _splits_compiled:
+    if capture_only and not deterministic:
         # Eager calls run the plain kernel; the first compiles the split (its result
         # unused), which a capture should not do.
-        _splits_compiled.add(split_key)
-        _run(_kernel_for(a.dtype, split_k=True), (a, b))
+        _compile_once(bias, a, b, lambda: _run(_kernel_for(a.dtype, split_k=True), (a, b)))
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
         if split.eager or not eager:
             return launch_last_wave(bias, a, b, alpha, beta, split.rows)
         # Eager calls of a product that splits under a capture run the plain kernel; the
         # first also compiles the split (its result unused), which a capture should not do.
-        if split_key not in _splits_compiled:
-            _splits_compiled.add(split_key)
-            launch_last_wave(bias, a, b, alpha, beta, split.rows)
+        _compile_once(bias, a, b, lambda: launch_last_wave(bias, a, b, alpha, beta, split.rows))
     transposed = transposed_pays(a, b, "plain" if bias is None else "bias")
     kernel = transposed_kernel if transposed else _kernel_for(a.dtype)
     # The fast path keeps this plain launch for the key: where the kernel depends only on it,
@@ -751,6 +746,18 @@ def launch_addmm(
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
+
+
+def _compile_once(
+    bias: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, launch: Callable[[], object]
+) -> None:
+    """``launch`` (a split's launch, its result unused) the first time these operands and
+    bias come by: it compiles the split for a later capture."""
+    bias_key = bias is None or (bias.shape, bias.stride(), bias.data_ptr() % 16)
+    key = (*operands_key(a, b), bias_key)
+    if key not in _splits_compiled:
+        _splits_compiled.add(key)
+        launch()
 
 
 def deterministic_algorithms() -> bool:

@@ -388,7 +388,8 @@ def test_split_k_without_an_entry_runs_the_split_rule():
 @pytest.mark.parametrize("m,k,n", [(16, 14336, 4096), (4, 50257, 768)])
 def test_a_thin_product_runs_the_thin_split(monkeypatch, m, k, n):
     """A decode step's product (``configs.thin``; the second has K off 16 bytes, the GPT-2
-    head's grad_out @ mat2.T at 4 tokens): split-K on ``configs.thin_split``'s config."""
+    head's grad_out @ mat2.T at 4 tokens): split-K on ``configs.thin_split``'s config, which
+    the first call launches (where K loads in vectors, only to compile it for captures)."""
     from test_ops import launches
 
     launched = launches(monkeypatch)
