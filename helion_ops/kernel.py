@@ -703,13 +703,13 @@ def launch_addmm(
     # does so too and is slower still. Where K loads in vectors and the product is not of the
     # few-tiles class, it splits under CUDA graphs only: outside them the split's host time
     # (three launches on the launcher's full path) cost more than it saved (NOTES 112).
-    vectorized = k_masks_vectorize(a, b)
+    vectorized, few_tiles = k_masks_vectorize(a, b), few_tiles_long_k(m, n, k)
     split_k = (
-        ((few_tiles_long_k(m, n, k) and vectorized) or (a.dtype in FAST_DTYPES and thin(m, n, k)))
+        ((few_tiles and vectorized) or (a.dtype in FAST_DTYPES and thin(m, n, k)))
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
-    capture_only = split_k and vectorized and not few_tiles_long_k(m, n, k)
+    capture_only = split_k and vectorized and not few_tiles
     eager = not capturing(a)
     if split_k and not deterministic and not (capture_only and eager):
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
