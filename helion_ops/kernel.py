@@ -25,7 +25,9 @@ epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte ali
 keep a launch plan for it (``helion_ops.plans``), or, where a plan cannot describe the host
 function, the host function itself. For fp16/bf16 plain and pair launches, each launcher also
 keeps its own look-up from its operands to that plan (the fast path: one key per call), which
-``helion_ops.native`` hands to its C++ path (``fast_mm_plan``, ``fast_addmm_plan``).
+``helion_ops.native`` hands to its C++ path (``fast_mm_plan``, ``fast_split_plan``,
+``fast_addmm_plan``). Split-K products keep the split-K kernel's plan the same way
+(``_fast_split``), and the launcher casts its sums.
 """
 
 from __future__ import annotations
@@ -293,6 +295,10 @@ _fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
 # no capture is under way (launch_mm's and launch_addmm's keys differ in length).
 _fast_eager: dict[tuple[Any, ...], LaunchPlan] = {}
 _UNSEEN = object()
+# Split-K products (fp16 and bf16): the split-K kernel's plan, read after a miss in _fast_mm
+# or _fast_addmm (by their keys) when torch's determinism switch is off; the launcher then
+# finishes the fp32 sums (``_split_k_result``).
+_fast_split: dict[tuple[Any, ...], LaunchPlan] = {}
 # Products that split only under a CUDA graph capture whose split an eager call has compiled.
 _splits_compiled: set[tuple[Any, ...]] = set()
 FAST_DTYPES = (torch.float16, torch.bfloat16)
@@ -306,6 +312,7 @@ def reset() -> None:
     _fast_pair.clear()
     _fast_pair_eager.clear()
     _fast_eager.clear()
+    _fast_split.clear()
     _splits_compiled.clear()
     native.reset()
     for kernel in KERNELS:
@@ -465,10 +472,13 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
     return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
 
 
-def wants_split_k(m: int, n: int, k: int) -> bool:
-    """Few output tiles and a long K (``few_tiles_long_k``), or a thin product
-    (``configs.thin``)."""
-    return few_tiles_long_k(m, n, k) or thin(m, n, k)
+def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: few output
+    tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a thin product
+    (``configs.thin``; fp32's split-K config is Helion's default, never measured on those).
+    ``launch_addmm`` then splits where K is cut at all (``configs.splits_k``), and, outside
+    thin products, where K's masks load in vectors."""
+    return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and thin(m, n, k))
 
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so
@@ -476,8 +486,8 @@ def wants_split_k(m: int, n: int, k: int) -> bool:
 PAIR_OUTPUT = SMALL_OUTPUT
 
 
-def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int]) -> bool:
-    """Whether two products (M, N, K) run as one launch of ``pair_kernel``.
+def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int], dtype: torch.dtype) -> bool:
+    """Whether two products (M, N, K) of ``dtype`` run as one launch of ``pair_kernel``.
 
     Both outputs small (at most ``PAIR_OUTPUT`` elements, more than 1x1, none empty) and
     neither one for the split-K kernel. Two launches would each leave SMs idle; one launch of
@@ -485,7 +495,7 @@ def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int]) -> bool:
     against 11.7 in two launches).
     """
     return all(
-        1 < m * n <= PAIR_OUTPUT and k > 0 and not wants_split_k(m, n, k)
+        1 < m * n <= PAIR_OUTPUT and k > 0 and not wants_split_k(m, n, k, dtype)
         for m, n, k in (mnk1, mnk2)
     )
 
@@ -532,6 +542,12 @@ def fast_mm_plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
     return _fast_plan(_fast_mm, _mm_key(a, b, True), a)
 
 
+def fast_split_plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
+    """The split-K kernel's plan ``launch_mm`` takes for these operands (alpha 1), if it has
+    one; its fp32 sums are then cast (``_split_k_result``)."""
+    return _fast_split.get(_mm_key(a, b, True))
+
+
 def fast_addmm_plan(
     bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float
 ) -> LaunchPlan | None:
@@ -572,8 +588,10 @@ def launch_mm_pair(
     operands = (a1, b1, a2, b2)
     mnks = (product_mnk(a1, b1), product_mnk(a2, b2))
     eager = not capturing(a1)
-    modelled = not any(wants_split_k(*mnk) for mnk in mnks)
-    everywhere = wants_pair(*mnks) or tuned_pair(*operands) or (modelled and model_pair(*operands))
+    modelled = not any(wants_split_k(*mnk, a1.dtype) for mnk in mnks)
+    everywhere = (
+        wants_pair(*mnks, a1.dtype) or tuned_pair(*operands) or (modelled and model_pair(*operands))
+    )
     # The eager rule trades GPU time for host time against the model's two plain launches;
     # where one of them would run transposed, two launches gain more (NOTES 61), and stay.
     one_launch = everywhere or (
@@ -625,6 +643,9 @@ def launch_mm(
     plan = _fast_plan(_fast_mm, fast_key, a)
     if plan is not None and alpha != 0 and _allocator_set.get():
         return plan(a, b, scaled(alpha))
+    split = _fast_split.get(fast_key)
+    if split is not None and alpha != 0 and _allocator_set.get() and not deterministic_algorithms():
+        return _split_k_result(split(a, b), None, alpha, 1.0, a)
     if check is not None:
         check(a, b)
     return launch_addmm(None, a, b, alpha, 0.0, fast_key)
@@ -666,6 +687,9 @@ def launch_addmm(
             # [m, n] view are constants of the specialization), which the view shares with
             # the bias itself: no view to make.
             return plan(a, b, scaled_plus_bias(alpha, beta, bias))
+        split = _fast_split.get(fast_key)
+        if split is not None and _allocator_set.get() and not deterministic_algorithms():
+            return _split_k_result(split(a, b), bias, alpha, beta, a)
     if check is not None:
         check(bias, a, b, alpha, beta)
     m, k = a.shape
@@ -696,34 +720,25 @@ def launch_addmm(
     # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
-    # config, and split_k is one.)
+    # config, and split_k is one.) A thin product splits even where K loads element by
+    # element, as its plain kernel does so too and is slower still (NOTES 112).
     deterministic = deterministic_algorithms()
-    # A thin product (fp16 or bf16: fp32 split-K products get Helion's default config, never
-    # measured on them) splits even where K loads element by element, as its plain kernel
-    # does so too and is slower still. Where K loads in vectors and the product is not of the
-    # few-tiles class, it splits under CUDA graphs only: outside them the split's host time
-    # (three launches on the launcher's full path) cost more than it saved (NOTES 112).
-    vectorized, few_tiles = k_masks_vectorize(a, b), few_tiles_long_k(m, n, k)
+    thin_product = a.dtype in FAST_DTYPES and thin(m, n, k)
     split_k = (
-        ((few_tiles and vectorized) or (a.dtype in FAST_DTYPES and thin(m, n, k)))
+        (thin_product or (few_tiles_long_k(m, n, k) and k_masks_vectorize(a, b)))
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
-    capture_only = split_k and vectorized and not few_tiles
-    eager = not capturing(a)
-    if split_k and not deterministic and not (capture_only and eager):
-        partial = _run(_kernel_for(a.dtype, split_k=True), (a, b))
-        out = _finish_split_k(partial, bias, alpha, beta, a.new_empty((m, n)))
-        if bias is None:  # what the C++ path replays (a backward's product)
-            record_result(partial, out)
-        return out
-    if capture_only and not deterministic:
-        # Eager calls run the plain kernel; the first compiles the split (its result
-        # unused), which a capture should not do.
-        _compile_once(bias, a, b, lambda: _run(_kernel_for(a.dtype, split_k=True), (a, b)))
+    key = mm_key if bias is None else fast_key
+    if split_k and not deterministic:
+        # The fast path keeps the split's plan: the calls after this one launch it and finish
+        # its sums with no more Python than that (``_fast_split``).
+        fast = (_fast_split, key) if a.dtype in FAST_DTYPES and key is not None else None
+        partial = _run(_kernel_for(a.dtype, split_k=True), (a, b), fast=fast)
+        return _split_k_result(partial, bias, alpha, beta, a)
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
-        if split.eager or not eager:
+        if split.eager or capturing(a):
             return launch_last_wave(bias, a, b, alpha, beta, split.rows)
         # Eager calls of a product that splits under a capture run the plain kernel; the
         # first also compiles the split (its result unused), which a capture should not do.
@@ -735,12 +750,11 @@ def launch_addmm(
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism
     # switch a split or split-K product takes neither: the switch is not in the key.)
     plans = None
-    if a.dtype in FAST_DTYPES and not (split_k and not capture_only):
-        if split is None and not capture_only:
+    if a.dtype in FAST_DTYPES and not split_k:
+        if split is None:
             plans = _fast_mm if bias is None else _fast_addmm
-        elif not deterministic and (capture_only or not split.eager):
+        elif not deterministic and not split.eager:
             plans = _fast_eager
-    key = mm_key if bias is None else fast_key
     fast = (plans, key) if plans is not None and key is not None else None
     if bias is None:
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
@@ -791,6 +805,18 @@ def launch_last_wave(
     bias_mn = bias.expand(m, n)
     _run(last_wave_kernel, (*operands, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,))
     _finish_split_k(partial, bias_mn[rows:], alpha, beta, out[rows:])
+    return out
+
+
+def _split_k_result(
+    partial: torch.Tensor, bias: torch.Tensor | None, alpha: float, beta: float, a: torch.Tensor
+) -> torch.Tensor:
+    """The product from the split-K kernel's fp32 sums: ``_finish_split_k`` into a new output
+    of a's dtype. Without a bias, it is recorded as the split-K launch's output where this
+    thread's launches are recorded (a backward's product, which the C++ path replays)."""
+    out = _finish_split_k(partial, bias, alpha, beta, a.new_empty(partial.shape))
+    if bias is None:
+        record_result(partial, out)
     return out
 
 

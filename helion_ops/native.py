@@ -14,8 +14,9 @@ the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
   leaves it off.
 - After the Python path has run a new key (operands' sizes, strides, dtype, device and
   16-byte alignment), ``learn_matmul``/``learn_addmm`` hand the extension that key's forward
-  plan, or nothing where the key is not one plain launch (a split, a copy of unaligned
-  operands, fp32), which keeps it on the Python path.
+  plan (a matmul's split-K plan, whose sums the extension casts), or nothing where the key
+  is not one such launch (a last-wave split, addmm's split-K, a copy of unaligned operands,
+  fp32), which keeps it on the Python path.
 - The first backward of each layout of grad_out runs the Python backward (``backward``) with
   its launches recorded; where each gradient is the output of a recorded plan whose operands
   are grad_out and the saved operands (for a split-K product, the cast of its fp32 sums),
@@ -151,8 +152,10 @@ def learn_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> None:
     """Teach the extension the key of operands the Python path has just multiplied."""
     from helion_ops import kernel
 
-    plan = kernel.fast_mm_plan(mat1, mat2)
-    launch = plan and launch_of(plan, (0, 1), (kernel.scaled(1.0),))
+    plan, epilogues = kernel.fast_mm_plan(mat1, mat2), (kernel.scaled(1.0),)
+    if plan is None:  # a split-K product: the extension casts its fp32 sums
+        plan, epilogues = kernel.fast_split_plan(mat1, mat2), ()
+    launch = plan and launch_of(plan, (0, 1), epilogues)
     module.learn_matmul(mat1, mat2, launch)
 
 

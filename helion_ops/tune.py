@@ -79,9 +79,11 @@ from helion_ops.model import (
 from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 
 
-def candidates_for(m: int, n: int, k: int, epilogue: str = "plain") -> list[helion.Config]:
+def candidates_for(
+    m: int, n: int, k: int, dtype: torch.dtype, epilogue: str = "plain"
+) -> list[helion.Config]:
     """The configs timed for one key (Helion's default comes on top of them)."""
-    if wants_split_k(m, n, k):
+    if wants_split_k(m, n, k, dtype):
         return SPLIT_CANDIDATES
     if m * n <= SMALL_OUTPUT:
         return SMALL_CANDIDATES
@@ -91,7 +93,9 @@ def candidates_for(m: int, n: int, k: int, epilogue: str = "plain") -> list[heli
     return large
 
 
-def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], str]]:
+def matmuls_of(
+    m: int, n: int, k: int, dtype: torch.dtype
+) -> list[tuple[str, tuple[int, int, int], str]]:
     """The (name, (M, N, K), layout) of the matmuls in a forward and backward: three, and
     the backward's two as one pair (M, N, K of its first) where one launch may pay."""
     matmuls = [
@@ -102,7 +106,7 @@ def matmuls_of(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int], 
     first, layout = backward_pair(m, n, k)
     pair = ("a.T@g, g@b.T" if layout == "crrc" else "g@b.T, a.T@g", first, layout)
     if all(
-        mm * nn <= MEDIUM_OUTPUT and not wants_split_k(mm, nn, kk)
+        mm * nn <= MEDIUM_OUTPUT and not wants_split_k(mm, nn, kk, dtype)
         for mm, nn, kk in ((m, k, n), (k, n, m))
     ):
         matmuls.append(pair)
@@ -124,7 +128,8 @@ def keys_of(
         if only not in (None, name):
             continue
         for shape in chosen:
-            shape_keys = [(*mnk, dtype, layout, "plain") for _, mnk, layout in matmuls_of(*shape)]
+            matmuls = matmuls_of(*shape, getattr(torch, dtype))
+            shape_keys = [(*mnk, dtype, layout, "plain") for _, mnk, layout in matmuls]
             if name == "addmm":
                 shape_keys.append((*shape, dtype, "rr", "bias"))
             keys += [key for key in shape_keys if key not in keys and epilogue in (None, key[5])]
@@ -145,18 +150,19 @@ def training_keys(
     and the backward's pair where the model may run it in one launch (``configs.model_pair``:
     aligned sizes, an output larger than ``SMALL_OUTPUT``, neither product split over K)."""
     keys = []
-    elements = 16 // getattr(torch, dtype).itemsize
+    torch_dtype = getattr(torch, dtype)
+    elements = 16 // torch_dtype.itemsize
     for shape in shapes or TRAINING_SHAPES:
-        for _, (m, n, k), layout in matmuls_of(*shape)[:3]:
+        for _, (m, n, k), layout in matmuls_of(*shape, torch_dtype)[:3]:
             key = (m, n, k, dtype, layout, "plain")
-            if not wants_split_k(m, n, k) and key not in keys:
+            if not wants_split_k(m, n, k, torch_dtype) and key not in keys:
                 keys.append(key)
         m, n, k = shape
         both = ((m, k, n), (k, n, m))
         if (
             all(size % elements == 0 for size in shape)
             and max(mm * nn for mm, nn, _ in both) > SMALL_OUTPUT
-            and not any(wants_split_k(*mnk) for mnk in both)
+            and not any(wants_split_k(*mnk, torch_dtype) for mnk in both)
         ):
             (mm, nn, kk), layout = backward_pair(m, n, k)
             keys.append((mm, nn, kk, dtype, layout, "plain"))
@@ -212,7 +218,7 @@ def _bound(
         aten = lambda: (torch.mm(x[0], x[1]), torch.mm(x[2], x[3]))  # noqa: E731
         return _kernel_for(dtype, pair=True).bind(args), args, aten
     a, b = operands(m, n, k, layout, dtype, fill)
-    split_k = wants_split_k(m, n, k)
+    split_k = wants_split_k(m, n, k, dtype)
     if epilogue == "bias":
         bias = fill(m, n, device="cuda", dtype=dtype)
         args, aten = (a, b, scaled_plus_bias(1.0, 1.0, bias)), lambda: torch.addmm(bias, a, b)
@@ -246,14 +252,15 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     m, n, k, _, layout, epilogue = key
     if len(layout) == 4:
         second = second_of_pair(m, n, k, layout)
-        more = PAIR_CANDIDATES if wants_pair((m, n, k), second) else MEDIUM_PAIR_CANDIDATES
+        pair = wants_pair((m, n, k), second, dtype)
+        more = PAIR_CANDIDATES if pair else MEDIUM_PAIR_CANDIDATES
         first = configs.pair_rule((m, n, k), second, dtype)
         if torch.cuda.is_available():  # the model's choice needs the GPU's operands
             _, args, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
             first = configs.model_pair(*args[:4], eager=True) or first
         return [first, *more]
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
-    return [bound.config_spec.default_config(), *candidates_for(m, n, k, epilogue)]
+    return [bound.config_spec.default_config(), *candidates_for(m, n, k, dtype, epilogue)]
 
 
 def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion.Config]:

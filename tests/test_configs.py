@@ -144,7 +144,14 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
     ],
 )
 def test_split_k_rule(m, n, k, split):
-    assert wants_split_k(m, n, k) is split
+    assert wants_split_k(m, n, k, torch.bfloat16) is split
+    assert wants_split_k(m, n, k, torch.float16) is split
+
+
+def test_fp32_thin_products_are_not_for_the_split_k_kernel():
+    """fp32's split-K config is Helion's default, never measured on thin products."""
+    assert not wants_split_k(16, 4096, 14336, torch.float32)
+    assert wants_split_k(1536, 512, 20120, torch.float32)  # few tiles, long K
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
@@ -453,9 +460,9 @@ def test_tune_candidates_are_sized_to_the_output(mnk, kind):
         "large": candidates.CANDIDATES,
         "split": candidates.SPLIT_CANDIDATES,
     }[kind]
-    assert tune.candidates_for(*mnk) == want
+    assert tune.candidates_for(*mnk, torch.bfloat16) == want
     assert (kind == "split") == all("split_k" in c.config for c in want)
-    with_bias = tune.candidates_for(*mnk, "bias")
+    with_bias = tune.candidates_for(*mnk, torch.bfloat16, "bias")
     if kind in ("medium", "large"):
         assert with_bias == [*want, *candidates.BIAS_CANDIDATES]
     else:

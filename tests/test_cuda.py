@@ -377,7 +377,7 @@ def test_split_k_without_an_entry_runs_the_split_rule():
     """A few output tiles and a long K, not in the table: ``configs.split_rule``'s config."""
     a = make((700, 30000), torch.bfloat16, transposed=True)  # a.T @ g of a tall product
     b = make((30000, 300), torch.bfloat16)
-    assert kernel.wants_split_k(700, 300, 30000)
+    assert kernel.wants_split_k(700, 300, 30000, torch.bfloat16)
     bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
     sms = configs.sm_count(a.device)
     chosen = configs.choose_config(bound, a, b)
@@ -388,8 +388,7 @@ def test_split_k_without_an_entry_runs_the_split_rule():
 @pytest.mark.parametrize("m,k,n", [(16, 14336, 4096), (4, 50257, 768)])
 def test_a_thin_product_runs_the_thin_split(monkeypatch, m, k, n):
     """A decode step's product (``configs.thin``; the second has K off 16 bytes, the GPT-2
-    head's grad_out @ mat2.T at 4 tokens): split-K on ``configs.thin_split``'s config, which
-    the first call launches (where K loads in vectors, only to compile it for captures)."""
+    head's grad_out @ mat2.T at 4 tokens): split-K on ``configs.thin_split``'s config."""
     from test_ops import launches
 
     launched = launches(monkeypatch)
@@ -414,7 +413,7 @@ def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):
     cut = (make((700, 30000), torch.bfloat16), make((30000, 300), torch.bfloat16))
     sms = configs.sm_count(one[0].device)
     assert configs.split_rule(1536, 1024, 12288, sms).config["split_k"] == 1
-    assert kernel.wants_split_k(1536, 1024, 12288) and not configs.splits_k(*one)
+    assert kernel.wants_split_k(1536, 1024, 12288, torch.bfloat16) and not configs.splits_k(*one)
     assert configs.splits_k(*cut)
     check_matmul(*one)
     assert launched[0] is kernel.matmul_kernel

@@ -389,13 +389,13 @@ def test_training_keys_are_products_and_pairs_the_model_chooses_for():
     assert len(keys) == len(set(keys)) > 60
     assert all(k[5] == "plain" for k in keys)
     singles = [k for k in keys if len(k[4]) == 2]
-    assert not any(tune.wants_split_k(*k[:3]) for k in singles)
+    assert not any(tune.wants_split_k(*k[:3], torch.bfloat16) for k in singles)
     # Pairs: both products modelled (no split-K), aligned, outputs past ``SMALL_OUTPUT``.
     pairs = [k for k in keys if len(k[4]) == 4]
     assert len(pairs) > 30
     for m, n, k, _, layout, _ in pairs:
         second = model.second_of_pair(m, n, k, layout)
-        assert not any(tune.wants_split_k(*mnk) for mnk in ((m, n, k), second))
+        assert not any(tune.wants_split_k(*mnk, torch.bfloat16) for mnk in ((m, n, k), second))
         assert max(m * n, second[0] * second[1]) > configs.SMALL_OUTPUT
         assert m % 8 == n % 8 == k % 8 == 0
 

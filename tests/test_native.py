@@ -20,7 +20,7 @@ from reference import assert_matches
 from test_ops import make
 
 import helion_ops
-from helion_ops import kernel, native, plans
+from helion_ops import configs, kernel, native, plans
 
 needs_cuda = pytest.mark.cuda
 
@@ -200,6 +200,26 @@ def test_a_split_k_product_is_recorded_as_its_cast(fake_extension):
     assert native._recipe(launches, (grad_out, mat1, None), (None, grad)) is None
 
 
+def test_a_split_k_forward_is_learned_as_its_launch(fake_extension, monkeypatch):
+    """A matmul key that the Python path splits over K (a thin product) hands the extension
+    the split-K kernel's launch, flagged to cast its fp32 sums; a key with neither plan, none."""
+    a, b = torch.randn(3, 64), torch.randn(64, 5)
+    signature = {"x": "*bf16", "y": "*bf16", "out": "*fp32", "BLOCK": "constexpr", "n": "i32"}
+    split = fake_plan(2, (0, 1, 2, 3, 4), signature)
+    split.epilogues, split.like_first, split.zeroed = (), False, True
+    learned = []
+    monkeypatch.setattr(FakeModule, "learn_matmul", lambda *args: learned.append(args), False)
+    monkeypatch.setattr(kernel, "fast_mm_plan", lambda a, b: None)
+    monkeypatch.setattr(kernel, "fast_split_plan", lambda a, b: split)
+    native.learn_matmul(a, b)
+    monkeypatch.setattr(kernel, "fast_split_plan", lambda a, b: None)
+    native.learn_matmul(a, b)
+    (_, _, launch), (_, _, none) = learned
+    assert launch[0] == "Launch" and launch[-1] is True  # the extension casts the sums
+    assert [p[0] for p in launch[6]] == [native._TENSOR, native._TENSOR, native._OUTPUT, 3]
+    assert none is None
+
+
 def _check(name, ours, inputs, fn64, fn_torch, grad_out, needs):
     ref_inputs = [t.detach().double().requires_grad_(n) for t, n in zip(inputs, needs, strict=True)]
     torch_inputs = [
@@ -313,7 +333,7 @@ def test_a_split_k_backward_replayed(extension, monkeypatch, op):
     _, calls = extension
     torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
     m, n, k, dtype = 4096, 320, 256, torch.float16
-    assert kernel.wants_split_k(k, n, m)
+    assert kernel.wants_split_k(k, n, m, dtype)
     a, b = make((m, k), dtype), make((k, n), dtype)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
     if op == "matmul":
@@ -338,6 +358,30 @@ def test_a_split_k_backward_replayed(extension, monkeypatch, op):
     torch.use_deterministic_algorithms(True, warn_only=True)
     _check("deterministic", ours(*inputs), inputs, theirs, theirs, grad_out, needs)
     assert len(calls) == 2
+
+
+@needs_cuda
+def test_a_split_k_forward_replayed(extension, monkeypatch):
+    """A thin product, whose forward splits K: from the second call the extension zeroes the
+    fp32 sums, launches the split-K kernel and casts them. Under torch's determinism switch
+    the forward takes the Python path instead (the plain kernel)."""
+    torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
+    m, n, k, dtype = 16, 1024, 8192, torch.bfloat16
+    assert configs.thin(m, n, k)
+    a, b = make((m, k), dtype), make((k, n), dtype)
+    grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
+    for call in range(3):
+        out = helion_ops.matmul(a, b)
+        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+        _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, (True, True))
+    assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
+    monkeypatch.setattr(
+        kernel, "deterministic_algorithms", torch.are_deterministic_algorithms_enabled
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    out = helion_ops.matmul(a, b)
+    assert "ProductFunction" not in out.grad_fn.name()
+    _check("deterministic", out, [a, b], torch.mm, torch.mm, grad_out, (True, True))
 
 
 @needs_cuda

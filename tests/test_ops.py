@@ -127,7 +127,7 @@ BIAS_SHAPES = [(37, 29), (29,), (1, 29), (37, 1), (1,), ()]
 def test_addmm_split_k(dtype_mode, bias_shape, alpha, beta):
     from helion_ops.kernel import wants_split_k
 
-    assert wants_split_k(24, 16, 600)
+    assert wants_split_k(24, 16, 600, dtype_mode)
     bias, a, b = (
         make(bias_shape, dtype_mode),
         make((24, 600), dtype_mode),
@@ -468,7 +468,7 @@ def test_a_pair_for_eager_calls_only_runs_two_launches_under_a_capture(capture_f
     ],
 )
 def test_pair_rule(mnk1, mnk2, pair):
-    assert kernel.wants_pair(mnk1, mnk2) is pair
+    assert kernel.wants_pair(mnk1, mnk2, torch.float16) is pair
     a1, b1 = torch.randn(mnk1[0], mnk1[2]), torch.randn(mnk1[2], mnk1[1])
     a2, b2 = torch.randn(mnk2[0], mnk2[2]), torch.randn(mnk2[2], mnk2[1])
     assert not configs.tuned_pair(a1, b1, a2, b2)  # no table off the GPU
@@ -482,7 +482,7 @@ def test_pair_kernel_against_float64(dtype_mode, transposed):
     a1, b1, a2, b2 = (
         make(s, dtype_mode, transposed=t).detach() for s, t in zip(shapes, transposed, strict=True)
     )
-    assert kernel.wants_pair((37, 29, 50), (61, 45, 19))
+    assert kernel.wants_pair((37, 29, 50), (61, 45, 19), dtype_mode)
     out1, out2 = kernel.launch_mm_pair(a1, b1, a2, b2, -1.5)
     for name, out, (x, y) in [("first", out1, (a1, b1)), ("second", out2, (a2, b2))]:
         want = -1.5 * torch.mm(x, y)
@@ -555,7 +555,7 @@ def test_deterministic_algorithms_keep_products_off_atomics(monkeypatch):
     kernel.reset()
     fp16 = torch.float16
     bias, a, b = make((16,), fp16), make((24, 600), fp16), make((600, 16), fp16)
-    assert kernel.wants_split_k(24, 16, 600)
+    assert kernel.wants_split_k(24, 16, 600, fp16)
     check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
     check_matmul(make((70, 90), fp16), make((90, 29), fp16))
     used = {key[0] for key in kernel._compiled}
@@ -598,25 +598,48 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch, python
     assert len(runs) == 2 and set(kernel._compiled) == compiled
 
 
-def test_a_thin_product_splits_under_captures_only(monkeypatch, python_path_only):
-    """A thin product outside the few-tiles class whose K loads in vectors (3x576x4096 in
-    fp16): eager calls run the plain kernel through the eager fast path, the first also
-    compiling the split-K kernel; a capture runs the split without compiling (NOTES 112)."""
+def test_a_thin_product_splits_in_every_call(monkeypatch, python_path_only):
+    """A thin product whose K loads in vectors (3x576x4096 in fp16) runs the split-K kernel
+    in eager calls and captures alike; after its first call, through the fast path's plan
+    (``kernel._fast_split``), without ``_run``, whose cast reads each call's alpha. Under
+    torch's determinism switch the same key runs the plain kernel (NOTES 113)."""
     a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
     assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
-    assert launched[:2] == [kernel.split_k_kernel, kernel.matmul_kernel]
-    key = kernel._mm_key(a, b, True)
-    assert key not in kernel._fast_mm and list(kernel._fast_eager) == [key]
+    assert launched[0] is kernel.split_k_kernel
+    x, y = a.detach(), b.detach()
+    key = kernel._mm_key(x, y, True)
+    assert list(kernel._fast_split) == [key] and key not in kernel._fast_mm
     launched.clear()
-    helion_ops.matmul(a.detach(), b.detach())
-    assert launched == []  # the eager fast path's plan
-    compiled = set(kernel._compiled)
+    for alpha in (1.0, 2.5, -1.5):  # 2.5 makes the key of scales other than 1
+        ours, want = kernel.launch_mm(x, y, alpha), alpha * torch.mm(x, y)
+        assert_matches(f"alpha {alpha}", ours, want, alpha * (x.double() @ y.double()))
+    assert launched == [kernel.split_k_kernel]  # alpha 2.5's first call
     monkeypatch.setattr(kernel, "capturing", lambda t: True)
     check_matmul(a, b)
-    assert launched[0] is kernel.split_k_kernel and set(kernel._compiled) == compiled
+    assert launched == [kernel.split_k_kernel]  # the capture's forward: the fast path's plan
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: True)
+    check_matmul(a, b)
+    assert launched[1:] == [kernel.matmul_kernel]
+
+
+@pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)
+def test_a_thin_addmm_splits_through_the_fast_path(monkeypatch, bias_shape):
+    """addmm of a thin product, after its first call: the split-K plan from the fast path,
+    finished with each call's bias, alpha and beta."""
+    fp16 = torch.float16
+    a, b = make((3, 4096), fp16).detach(), make((4096, 576), fp16).detach()
+    kernel.reset()
+    launched = launches(monkeypatch)
+    for call, (alpha, beta) in enumerate([(1.5, -0.5), (-2.0, 3.0), (0.5, 0.25)]):
+        bias = make(bias_shape, fp16).detach()
+        out = helion_ops.addmm(bias, a, b, alpha=alpha, beta=beta)
+        want = torch.addmm(bias, a, b, alpha=alpha, beta=beta)
+        ref = alpha * (a.double() @ b.double()) + beta * bias.double()
+        assert_matches(f"call {call}", out, want, ref)
+    assert launched == [kernel.split_k_kernel]
 
 
 @pytest.mark.parametrize("layout", ["rr", "cr", "rc"])

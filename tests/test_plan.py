@@ -63,7 +63,7 @@ def test_every_kernel_gets_a_plan():
     assert_matches("pair, first", one, 3 * g @ b.T, 3 * g.double() @ b.T.double())
     assert_matches("pair, second", two, 3 * a.T @ g, 3 * a.T.double() @ g.double())
     long_k = rand(16, 2048), rand(2048, 16)
-    assert kernel.wants_split_k(16, 16, 2048)
+    assert kernel.wants_split_k(16, 16, 2048, torch.float32)
     check_mm("split-K", *long_k)
     # The last-wave kernel writes into its arguments and returns nothing.
     for alpha, beta in ((1.5, 1.0), (-2.0, 0.5)):  # the second call through the plan

@@ -138,7 +138,7 @@ def test_staged_backward_of_an_lm_head(always_stage, dtype_mode):
     """The GPT-2 head's backward in small: grad_out's rows unaligned, and its product with
     mat2.T of the split-K kernel's shape (40x24, K = 601), but an odd K along which both
     operands are contiguous: the plain kernel (``configs.k_masks_vectorize``)."""
-    assert kernel.wants_split_k(40, 24, 601)
+    assert kernel.wants_split_k(40, 24, 601, dtype_mode)
     bias = make((40, 601), dtype_mode)
     a, b = make((40, 24), dtype_mode), make((24, 601), dtype_mode)
     check_addmm(bias, a, b)

@@ -8,7 +8,7 @@
 // the backward replays the launches that the Python backward made for the same key (its
 // "recipe"), through the CUDA driver. What the Python path does not hand over (a first call,
 // a CUDA graph capture, a functorch transform, a double backward, operands it copied, a
-// forward it splits) stays on the Python path. helion_ops.native builds this file and teaches
+// forward split otherwise than by matmul's split-K) stays on the Python path. helion_ops.native builds this file and teaches
 // it each key.
 
 // Only the headers used (not <torch/extension.h>, which brings all of libtorch's C++ API):
@@ -237,9 +237,8 @@ void add_to_key(Key& key, const at::Tensor& t) {
 
 // Why a call cannot take this path now, whatever its key: a CUDA graph capture (whose
 // launches the Python path decides apart) or an active functorch transform. (torch's
-// determinism switch needs nothing here: the forwards this path learns are single launches
-// without atomics, which the Python path runs under the switch too; a backward's recipe with
-// atomics checks it.)
+// determinism switch is checked where atomics are: a split-K forward's entry and a
+// backward's recipe.)
 bool python_path_now(const at::Tensor& t) {
   const auto included = c10::impl::tls_local_dispatch_key_set().included_;
   if (included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
@@ -411,6 +410,9 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
   Entry* entry = found->second;
   if (!entry->native) {
     return py::bool_(false);
+  }
+  if (entry->forward.split_k && at::globalContext().deterministicAlgorithms()) {
+    return py::bool_(false);  // the Python path runs the plain kernel under the switch
   }
   const bool grad = torch::autograd::GradMode::is_enabled() &&
                     (a.requires_grad() || b.requires_grad() || (with_bias && bias.requires_grad()));
