@@ -408,6 +408,13 @@ THIN_ROWS = 64
 THIN_COLUMNS = 48 * 128
 THIN_K = 4096
 THIN_TILE = (64, 128, 4, 4)  # BM, BN, stages, warps
+# Outside CUDA graphs the split costs host time: its fp32 sums are zeroed and cast in two more
+# launches (27-40 us a forward call against 14-25 for the plain kernel's one, in eager loops
+# on the H200's host: call 248, NOTES 113). A thin product whose K loads in vectors splits in
+# eager calls only with K of at least ``THIN_EAGER_K``: the plain kernel's programs then each
+# read 2 MiB or more of the weight, 39 us or more from memory (tritonbench's L2-flushed
+# timings, call 246), longer than the split's host time.
+THIN_EAGER_K = 8192
 
 
 def thin(m: int, n: int, k: int) -> bool:

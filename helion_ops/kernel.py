@@ -50,6 +50,7 @@ from triton.runtime.errors import OutOfResources
 from helion_ops import native
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
+    THIN_EAGER_K,
     k_masks_vectorize,
     last_wave_split,
     model_pair,
@@ -290,14 +291,15 @@ _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
 # Eager calls of pairs whose _fast_pair entry is None: their own decision, which counts the
 # host time that one launch fewer saves (``configs.model_pair(..., eager=True)``).
 _fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
-# Plain launches of products that split their last wave under a CUDA graph capture only
-# (``configs.LastWaveSplit.eager`` False), read after a miss in _fast_mm or _fast_addmm when
-# no capture is under way (launch_mm's and launch_addmm's keys differ in length).
+# Plain launches of products that split under a CUDA graph capture only (their last wave:
+# ``configs.LastWaveSplit.eager`` False; short thin ones, over K), read after a miss in
+# _fast_mm or _fast_addmm when no capture is under way (launch_mm's and launch_addmm's keys
+# differ in length).
 _fast_eager: dict[tuple[Any, ...], LaunchPlan] = {}
 _UNSEEN = object()
-# Split-K products (fp16 and bf16): the split-K kernel's plan, read after a miss in _fast_mm
-# or _fast_addmm (by their keys) when torch's determinism switch is off; the launcher then
-# finishes the fp32 sums (``_split_k_result``).
+# Split-K products (fp16 and bf16) that split in every call: the split-K kernel's plan, read
+# after a miss in _fast_mm or _fast_addmm (by their keys) when torch's determinism switch is
+# off; the launcher then finishes the fp32 sums (``_split_k_result``).
 _fast_split: dict[tuple[Any, ...], LaunchPlan] = {}
 # Products that split only under a CUDA graph capture whose split an eager call has compiled.
 _splits_compiled: set[tuple[Any, ...]] = set()
@@ -721,21 +723,30 @@ def launch_addmm(
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.) A thin product splits even where K loads element by
-    # element, as its plain kernel does so too and is slower still (NOTES 112).
+    # element, as its plain kernel does so too and is slower still (NOTES 112); where K loads
+    # in vectors and is shorter than ``THIN_EAGER_K`` it splits under CUDA graph captures
+    # only, as the split's two more launches then cost more host time than they save.
     deterministic = deterministic_algorithms()
-    thin_product = a.dtype in FAST_DTYPES and thin(m, n, k)
+    vectorized, few_tiles = k_masks_vectorize(a, b), few_tiles_long_k(m, n, k)
     split_k = (
-        (thin_product or (few_tiles_long_k(m, n, k) and k_masks_vectorize(a, b)))
+        ((few_tiles and vectorized) or (a.dtype in FAST_DTYPES and thin(m, n, k)))
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
+    capture_only = split_k and vectorized and not few_tiles and k < THIN_EAGER_K
     key = mm_key if bias is None else fast_key
-    if split_k and not deterministic:
-        # The fast path keeps the split's plan: the calls after this one launch it and finish
-        # its sums with no more Python than that (``_fast_split``).
-        fast = (_fast_split, key) if a.dtype in FAST_DTYPES and key is not None else None
+    if split_k and not deterministic and not (capture_only and not capturing(a)):
+        # The fast path keeps the split's plan where every call splits: the calls after this
+        # one launch it and finish its sums with no more Python than that (``_fast_split``).
+        fast = None
+        if a.dtype in FAST_DTYPES and key is not None and not capture_only:
+            fast = (_fast_split, key)
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b), fast=fast)
         return _split_k_result(partial, bias, alpha, beta, a)
+    if capture_only and not deterministic:
+        # Eager calls run the plain kernel; the first compiles the split (its result
+        # unused), which a capture should not do.
+        _compile_once(bias, a, b, lambda: _run(_kernel_for(a.dtype, split_k=True), (a, b)))
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
         if split.eager or capturing(a):
@@ -750,10 +761,10 @@ def launch_addmm(
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism
     # switch a split or split-K product takes neither: the switch is not in the key.)
     plans = None
-    if a.dtype in FAST_DTYPES and not split_k:
-        if split is None:
+    if a.dtype in FAST_DTYPES and not (split_k and not capture_only):
+        if split is None and not capture_only:
             plans = _fast_mm if bias is None else _fast_addmm
-        elif not deterministic and not split.eager:
+        elif not deterministic and (capture_only or not split.eager):
             plans = _fast_eager
     fast = (plans, key) if plans is not None and key is not None else None
     if bias is None:

@@ -362,12 +362,14 @@ def test_a_split_k_backward_replayed(extension, monkeypatch, op):
 
 @needs_cuda
 def test_a_split_k_forward_replayed(extension, monkeypatch):
-    """A thin product, whose forward splits K: from the second call the extension zeroes the
-    fp32 sums, launches the split-K kernel and casts them. Under torch's determinism switch
-    the forward takes the Python path instead (the plain kernel)."""
+    """A thin product of long K, whose forward splits K in every call: from the second call
+    the extension zeroes the fp32 sums, launches the split-K kernel and casts them. Under
+    torch's determinism switch the forward takes the Python path instead (the plain
+    kernel)."""
     torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
-    m, n, k, dtype = 16, 1024, 8192, torch.bfloat16
-    assert configs.thin(m, n, k)
+    m, n, k, dtype = 16, 2048, 8192, torch.bfloat16
+    assert configs.thin(m, n, k) and k >= configs.THIN_EAGER_K
+    assert not kernel.few_tiles_long_k(m, n, k)
     a, b = make((m, k), dtype), make((k, n), dtype)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
     for call in range(3):

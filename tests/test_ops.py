@@ -598,11 +598,34 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch, python
     assert len(runs) == 2 and set(kernel._compiled) == compiled
 
 
-def test_a_thin_product_splits_in_every_call(monkeypatch, python_path_only):
-    """A thin product whose K loads in vectors (3x576x4096 in fp16) runs the split-K kernel
-    in eager calls and captures alike; after its first call, through the fast path's plan
-    (``kernel._fast_split``), without ``_run``, whose cast reads each call's alpha. Under
-    torch's determinism switch the same key runs the plain kernel (NOTES 113)."""
+def test_a_thin_product_splits_under_captures_only(monkeypatch, python_path_only):
+    """A thin product outside the few-tiles class whose K loads in vectors (3x576x4096 in
+    fp16): eager calls run the plain kernel through the eager fast path, the first also
+    compiling the split-K kernel; a capture runs the split without compiling (NOTES 112-113)."""
+    a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
+    assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
+    kernel.reset()
+    launched = launches(monkeypatch)
+    check_matmul(a, b)
+    assert launched[:2] == [kernel.split_k_kernel, kernel.matmul_kernel]
+    key = kernel._mm_key(a, b, True)
+    assert key not in kernel._fast_mm and list(kernel._fast_eager) == [key]
+    launched.clear()
+    helion_ops.matmul(a.detach(), b.detach())
+    assert launched == []  # the eager fast path's plan
+    compiled = set(kernel._compiled)
+    monkeypatch.setattr(kernel, "capturing", lambda t: True)
+    check_matmul(a, b)
+    assert launched[0] is kernel.split_k_kernel and set(kernel._compiled) == compiled
+
+
+def test_a_thin_product_of_long_k_splits_in_every_call(monkeypatch, python_path_only):
+    """A thin product whose K loads in vectors and reaches ``THIN_EAGER_K`` (3x576x4096 in
+    fp16, against a bound lowered to 4096 to keep the interpreter's work small) runs the
+    split-K kernel in eager calls and captures alike; after its first call, through the fast
+    path's plan (``kernel._fast_split``), without ``_run``, whose cast reads each call's
+    alpha. Under torch's determinism switch the same key runs the plain kernel (NOTES 113)."""
+    monkeypatch.setattr(kernel, "THIN_EAGER_K", 4096)
     a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
     assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
     kernel.reset()
@@ -627,8 +650,10 @@ def test_a_thin_product_splits_in_every_call(monkeypatch, python_path_only):
 
 @pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)
 def test_a_thin_addmm_splits_through_the_fast_path(monkeypatch, bias_shape):
-    """addmm of a thin product, after its first call: the split-K plan from the fast path,
-    finished with each call's bias, alpha and beta."""
+    """addmm of a thin product that splits in every call (``THIN_EAGER_K`` lowered as above),
+    after its first call: the split-K plan from the fast path, finished with each call's
+    bias, alpha and beta."""
+    monkeypatch.setattr(kernel, "THIN_EAGER_K", 4096)
     fp16 = torch.float16
     a, b = make((3, 4096), fp16).detach(), make((4096, 576), fp16).detach()
     kernel.reset()
