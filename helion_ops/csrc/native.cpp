@@ -8,8 +8,8 @@
 // the backward replays the launches that the Python backward made for the same key (its
 // "recipe"), through the CUDA driver. What the Python path does not hand over (a first call,
 // a CUDA graph capture, a functorch transform, a double backward, operands it copied, a
-// forward split otherwise than by matmul's split-K) stays on the Python path. helion_ops.native builds this file and teaches
-// it each key.
+// forward split otherwise than by matmul's split-K) stays on the Python path.
+// helion_ops.native builds this file and teaches it each key.
 
 // Only the headers used (not <torch/extension.h>, which brings all of libtorch's C++ API):
 // the build takes 25 s instead of 40 on a 2-core CPU.
