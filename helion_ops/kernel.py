@@ -727,9 +727,11 @@ def launch_addmm(
     # in vectors and is shorter than ``THIN_EAGER_K`` it splits under CUDA graph captures
     # only, as the split's two more launches then cost more host time than they save.
     deterministic = deterministic_algorithms()
-    vectorized, few_tiles = k_masks_vectorize(a, b), few_tiles_long_k(m, n, k)
+    few_tiles, thin_product = few_tiles_long_k(m, n, k), a.dtype in FAST_DTYPES and thin(m, n, k)
+    # (Read only for the split-K kernel's products: the check costs microseconds a call.)
+    vectorized = (few_tiles or thin_product) and k_masks_vectorize(a, b)
     split_k = (
-        ((few_tiles and vectorized) or (a.dtype in FAST_DTYPES and thin(m, n, k)))
+        ((few_tiles and vectorized) or thin_product)
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
