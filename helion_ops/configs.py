@@ -17,9 +17,10 @@ transposed operand gets its own entry. The answer, in order:
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
    shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
-   ``pair_rule``; a flattened candidate with a K loop of 8 to 16 steps runs as many pipeline
-   stages as shared memory holds, beside a bias tile too (``deepened``). fp32 (and GPUs
-   without a model) get Helion's built-in heuristic default.
+   ``pair_rule``; a product of a few rows (``few_rows``: thin, or its weight off 16 bytes)
+   narrow tiles of its own (``few_rows_config``); a flattened candidate with a K loop of 8
+   to 16 steps runs as many pipeline stages as shared memory holds, beside a bias tile too
+   (``deepened``). fp32 (and GPUs without a model) get Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
@@ -40,6 +41,7 @@ from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
 from helion_ops.candidates import SMALL_OUTPUT, flattened, split_config
+from helion_ops.candidates import config as plain_config
 from helion_ops.model import (
     LINE_BYTES,
     TRANSPOSED_PLAIN,
@@ -131,6 +133,8 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
+    if few_rows(a, b):
+        return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), not masks_vectorize(a, b)
     config = model.choose(product, tma_only, break_ties=epilogue != "bias")
     if config is None:
@@ -187,6 +191,8 @@ def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     ``operands_key``."""
     if not a.is_cuda or a.dtype == torch.float32 or a.shape[0] * b.shape[1] < SMALLEST_WAVE:
         # fp32 and the CPU never split; below one wave of the smallest tiles nothing to keep.
+        return None
+    if few_rows(a, b):  # narrow tiles of their own, whose waves the model does not know
         return None
     key = operands_key(a, b)
     if key in _last_wave_splits:
@@ -352,15 +358,15 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     """Whether ``a @ b`` runs on ``kernel.transposed_kernel`` (out.T = b.T @ a.T, b's tiles
     the dot's first operand): fp16 or bf16, ``b`` contiguous along N with rows on 16 bytes but
     not on 32 (N of 1000, 3000, 5000), ``a`` contiguous along K, or along M with columns on
-    128-byte lines (the backward's ``mat1.T @ grad_out``), no exact table entry, and a long K
-    or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``). An entry for the
-    product and its ``epilogue`` ("plain" or "bias") runs it plain: ``python -m
-    helion_ops.tune`` writes one only where that beats the transposed kernel. On the H200 (bf16,
-    NOTES 59) such rows cost the plain kernel 10-40% as b's and little as the first
-    operand's: 992x1000x992 took 7.1 us transposed against 9.7 (aten 6.9), 768x3000x768 11.5
-    against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way. With
-    ``a`` contiguous along M, a's columns become the second operand's rows: off lines
-    (4000 or 2000 bytes) they took back the gain (NOTES 61)."""
+    128-byte lines (the backward's ``mat1.T @ grad_out``), not ``few_rows``, no exact table
+    entry, and a long K or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``).
+    An entry for the product and its ``epilogue`` ("plain" or "bias") runs it plain:
+    ``python -m helion_ops.tune`` writes one only where that beats the transposed kernel.
+    On the H200 (bf16, NOTES 59) such rows cost the plain kernel 10-40% as b's and little as the
+    first operand's: 992x1000x992 took 7.1 us transposed against 9.7 (aten 6.9), 768x3000x768 11.5
+    against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way. With ``a``
+    contiguous along M, a's columns become the second operand's rows: off lines (4000 or 2000 bytes)
+    they took back the gain (NOTES 61)."""
     if a.dtype not in (torch.float16, torch.bfloat16) or b.stride(1) != 1:
         return False
     if b.stride(0) * b.element_size() % 32 != 16:
@@ -371,6 +377,8 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
         return False
     if not a.is_cuda:
         return True
+    if few_rows(a, b):
+        return False
     (m, k), n = a.shape, b.shape[1]
     tiles = math.ceil(m / 128) * math.ceil(n / 128)
     if k < TRANSPOSED_MIN_K and tiles > TRANSPOSED_MAX_WAVES * sm_count(a.device):
@@ -394,32 +402,58 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
 
 
 # Thin products: a few rows (decode steps of a batch of at most 64) times a weight of a long K
-# and a narrow N. Reading the weight is all their time; the plain kernel's tiles along N
-# (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight. Split
-# over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16 tiles: 96 KiB of
-# shared memory, so two fit an SM), they ran 1.07-1.6x faster, at 0.79-1.03 of aten, on the
-# H200 (bf16, call 243, NOTES 112, shapes of no set): 16x4096x14336 54.6 us -> 33.4 (aten
-# 32.4), 1x4096x4096 12.6 -> 10.1 (10.4), 48x5120x5120 22.2 -> 19.5 (15.4); the GPT-2 head's
-# grad_out @ mat2.T at 4 tokens (4x768x50257, K off 16 bytes, loaded element by element
-# either way) 1162 -> 55.5 (79.5). With 112 tiles (16x14336x4096) the plain kernel stayed
-# faster (30.9 us against 34.8), so only N of at most ``THIN_COLUMNS``: 48 tiles, the most
-# measured (N of 768 to 6144, K of 4096 to 50257).
+# and a narrow N. Reading the weight is all their time; the wave model's tiles along N
+# (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight.
+# Where K loads in vectors they run the plain kernel on narrow tiles (``few_rows_config``);
+# where it loads element by element (K off 16 bytes: the GPT-2 head's grad_out @ mat2.T,
+# 4x768x50257), split over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16
+# tiles: 96 KiB of shared memory, so two fit an SM): 1162 us -> 55.5 (aten 79.5) on the H200
+# (bf16, call 243, NOTES 112). The bounds are the most measured: N of 768 to 8192, K of 4096
+# to 50257. With more columns (16x14336x4096, 112 tiles of 128) the model's choice ran 1.07x
+# faster than the narrow tiles (31.3 us against 33.3, call 250).
 THIN_ROWS = 64
-THIN_COLUMNS = 48 * 128
+THIN_COLUMNS = 64 * 128
 THIN_K = 4096
 THIN_TILE = (64, 128, 4, 4)  # BM, BN, stages, warps
-# Outside CUDA graphs the split costs host time: its fp32 sums are zeroed and cast in two more
-# launches (27-40 us a forward call against 14-25 for the plain kernel's one, in eager loops
-# on the H200's host: call 248, NOTES 113). A thin product whose K loads in vectors splits in
-# eager calls only with K of at least ``THIN_EAGER_K``: the plain kernel's programs then each
-# read 2 MiB or more of the weight, 39 us or more from memory (tritonbench's L2-flushed
-# timings, call 246), longer than the split's host time.
-THIN_EAGER_K = 8192
 
 
 def thin(m: int, n: int, k: int) -> bool:
     """Whether ``m x n x k`` is a thin product (``THIN_ROWS`` and the rest above)."""
     return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
+
+
+def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the plain kernel runs ``a @ b`` on ``few_rows_config`` rather than the model's
+    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and thin or with ``b`` (the weight) not
+    loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257 elements)."""
+    m, k = a.shape
+    n = b.shape[1]
+    return (
+        a.dtype in (torch.float16, torch.bfloat16)
+        and m <= THIN_ROWS
+        and (thin(m, n, k) or not tma_aligned(b))
+    )
+
+
+def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
+    """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
+    tile of 16 to 64, narrow tiles along N in a deep pipeline, so that about a program an SM
+    streams its columns of the weight with many loads in flight. ``tma``: both operands load
+    by tensor descriptors; else by pointer in one stage, where b's rows load element by element
+    and no asynchronous copy can pipeline them.
+
+    On the H200 (bf16, call 250, NOTES 114; each against aten and the thin split it
+    replaces, under CUDA graphs) these were the fastest of 13-18 configs or within 4%:
+    1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's 40.9),
+    48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2 head's
+    forward at 4 tokens by pointer 29.4 (aten 39.3; staged on the model's choice 76.7). On
+    the longest K the split stayed 5-6% faster (16x4096x14336 34.9 against 32.8)."""
+    bm = max(16, 1 << (m - 1).bit_length())
+    if not tma:
+        return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
+    if bm == THIN_ROWS:
+        return plain_config(bm, 64, 128, 4, 6, "flat")
+    return plain_config(bm, 32 if n <= 5120 else 64, 256, 4, 4, "flat")
 
 
 def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
@@ -437,14 +471,14 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
 
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: ``thin_split`` for a thin
-    product, else the tile (``SPLIT_TILES``) and split of least wave cost. K in ``split``
-    pieces gives ``tiles * chunks`` programs, run in ``ceil(programs / sms)`` rounds of ``K
-    block / 64`` steps plus the atomic add of the fp32 tile (counted as ``ATOMIC_STEPS``),
-    each step at the tile's cost. On the table's split-K keys (outputs of 256x768 to
-    1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their tuned tiles and split
-    (128x256, 8 and 64), not at 512x512 (128x256 in 16; tuned: 128x128 in 8); on smaller
-    outputs (256x384 to 256x1024, K of 8k to 25k) the 128x128 tiles that ran 1.2-1.3x faster
-    on the H200 (NOTES 84)."""
+    product (whose K loads element by element), else the tile (``SPLIT_TILES``) and split of
+    least wave cost. K in ``split`` pieces gives ``tiles * chunks`` programs, run in ``ceil(programs
+    / sms)`` rounds of ``K block / 64`` steps plus the atomic add of the fp32 tile (counted as
+    ``ATOMIC_STEPS``), each step at the tile's cost. On the table's split-K keys (outputs of 256x768
+    to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their tuned tiles and split
+    (128x256, 8 and 64), not at 512x512 (128x256 in 16; tuned: 128x128 in 8); on smaller outputs
+    (256x384 to 256x1024, K of 8k to 25k) the 128x128 tiles that ran 1.2-1.3x faster on the H200
+    (NOTES 84)."""
     if thin(m, n, k):
         return thin_split(m, n, k, sms)
 

@@ -6,9 +6,10 @@ output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta but 1, whose
 epilogues leave their multiplies out (``scaled``): a specialization, and a fast-path key, of
-their own. Products with few output tiles and a long K, and thin ones (``configs.thin``), go
-to ``split_k_kernel`` instead (``wants_split_k``, where its config cuts K:
-``configs.splits_k``), whose fp32 partial sums need one pass to scale, add the bias and cast.
+their own. Products with few output tiles and a long K, and thin ones (``configs.thin``)
+whose K loads element by element, go to ``split_k_kernel`` instead (``wants_split_k``, where
+its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
+the bias and cast; other products of a few rows run narrow tiles (``configs.few_rows``).
 The backward's two products, where both are small (``wants_pair``) or the wave model predicts
 it faster (``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop
 twice, each over its own range of programs. fp16/bf16 products whose b rows lie on 16 bytes
@@ -50,7 +51,6 @@ from triton.runtime.errors import OutOfResources
 from helion_ops import native
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
-    THIN_EAGER_K,
     k_masks_vectorize,
     last_wave_split,
     model_pair,
@@ -291,8 +291,8 @@ _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
 # Eager calls of pairs whose _fast_pair entry is None: their own decision, which counts the
 # host time that one launch fewer saves (``configs.model_pair(..., eager=True)``).
 _fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
-# Plain launches of products that split under a CUDA graph capture only (their last wave:
-# ``configs.LastWaveSplit.eager`` False; short thin ones, over K), read after a miss in
+# Plain launches of products that split their last wave under a CUDA graph capture only
+# (``configs.LastWaveSplit.eager`` False), read after a miss in
 # _fast_mm or _fast_addmm when no capture is under way (launch_mm's and launch_addmm's keys
 # differ in length).
 _fast_eager: dict[tuple[Any, ...], LaunchPlan] = {}
@@ -477,10 +477,22 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
 def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: few output
     tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a thin product
-    (``configs.thin``; fp32's split-K config is Helion's default, never measured on those).
-    ``launch_addmm`` then splits where K is cut at all (``configs.splits_k``), and, outside
-    thin products, where K's masks load in vectors."""
-    return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and thin(m, n, k))
+    (``configs.thin``; fp32's split-K config is Helion's default, never measured on those)
+    whose K is not a whole number of 16 bytes. ``launch_addmm`` reads the operands: it
+    splits a few-tiles product where K's masks load in vectors (``k_masks_vectorize``), a
+    thin one where they do not (as here wherever an operand is contiguous along K: every
+    layout the tuner times but ``cr``), and either only where K is cut at all
+    (``configs.splits_k``)."""
+    return few_tiles_long_k(m, n, k) or (
+        dtype in FAST_DTYPES and thin(m, n, k) and k * dtype.itemsize % 16 != 0
+    )
+
+
+def modelled(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether the wave model chooses the config of an ``m x n x k`` product of ``dtype``
+    and may pair it: not one for the split-K kernel, nor, in fp16 and bf16, thin (narrow
+    tiles of its own: ``configs.few_rows_config``)."""
+    return not wants_split_k(m, n, k, dtype) and not (dtype in FAST_DTYPES and thin(m, n, k))
 
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so
@@ -492,13 +504,12 @@ def wants_pair(mnk1: tuple[int, int, int], mnk2: tuple[int, int, int], dtype: to
     """Whether two products (M, N, K) of ``dtype`` run as one launch of ``pair_kernel``.
 
     Both outputs small (at most ``PAIR_OUTPUT`` elements, more than 1x1, none empty) and
-    neither one for the split-K kernel. Two launches would each leave SMs idle; one launch of
+    both ``modelled``. Two launches would each leave SMs idle; one launch of
     both takes about the time of the longer (H200, bf16: the backward at 1024^3 8.2 us
     against 11.7 in two launches).
     """
     return all(
-        1 < m * n <= PAIR_OUTPUT and k > 0 and not wants_split_k(m, n, k, dtype)
-        for m, n, k in (mnk1, mnk2)
+        1 < m * n <= PAIR_OUTPUT and k > 0 and modelled(m, n, k, dtype) for m, n, k in (mnk1, mnk2)
     )
 
 
@@ -590,15 +601,17 @@ def launch_mm_pair(
     operands = (a1, b1, a2, b2)
     mnks = (product_mnk(a1, b1), product_mnk(a2, b2))
     eager = not capturing(a1)
-    modelled = not any(wants_split_k(*mnk, a1.dtype) for mnk in mnks)
+    both_modelled = all(modelled(*mnk, a1.dtype) for mnk in mnks)
     everywhere = (
-        wants_pair(*mnks, a1.dtype) or tuned_pair(*operands) or (modelled and model_pair(*operands))
+        wants_pair(*mnks, a1.dtype)
+        or tuned_pair(*operands)
+        or (both_modelled and model_pair(*operands))
     )
     # The eager rule trades GPU time for host time against the model's two plain launches;
     # where one of them would run transposed, two launches gain more (NOTES 61), and stay.
     one_launch = everywhere or (
         eager
-        and modelled
+        and both_modelled
         and not (transposed_pays(a1, b1) or transposed_pays(a2, b2))
         and model_pair(*operands, eager=True)
     )
@@ -722,33 +735,26 @@ def launch_addmm(
     # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
-    # config, and split_k is one.) A thin product splits even where K loads element by
-    # element, as its plain kernel does so too and is slower still (NOTES 112); where K loads
-    # in vectors and is shorter than ``THIN_EAGER_K`` it splits under CUDA graph captures
-    # only, as the split's two more launches then cost more host time than they save.
+    # config, and split_k is one.) A few-tiles product splits where K loads in vectors; a
+    # thin one where it does not (its plain kernel then loads element by element and is
+    # slower still, NOTES 112), else, outside the few-tiles class, it runs the plain kernel
+    # on narrow tiles (``configs.few_rows_config``, NOTES 114).
     deterministic = deterministic_algorithms()
     few_tiles, thin_product = few_tiles_long_k(m, n, k), a.dtype in FAST_DTYPES and thin(m, n, k)
     # (Read only for the split-K kernel's products: the check costs microseconds a call.)
     vectorized = (few_tiles or thin_product) and k_masks_vectorize(a, b)
     split_k = (
-        ((few_tiles and vectorized) or thin_product)
+        ((few_tiles and vectorized) or (thin_product and not vectorized))
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
-    capture_only = split_k and vectorized and not few_tiles and k < THIN_EAGER_K
     key = mm_key if bias is None else fast_key
-    if split_k and not deterministic and not (capture_only and not capturing(a)):
-        # The fast path keeps the split's plan where every call splits: the calls after this
-        # one launch it and finish its sums with no more Python than that (``_fast_split``).
-        fast = None
-        if a.dtype in FAST_DTYPES and key is not None and not capture_only:
-            fast = (_fast_split, key)
+    if split_k and not deterministic:
+        # The fast path keeps the split's plan: the calls after this one launch it and
+        # finish its sums with no more Python than that (``_fast_split``).
+        fast = (_fast_split, key) if a.dtype in FAST_DTYPES and key is not None else None
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b), fast=fast)
         return _split_k_result(partial, bias, alpha, beta, a)
-    if capture_only and not deterministic:
-        # Eager calls run the plain kernel; the first compiles the split (its result
-        # unused), which a capture should not do.
-        _compile_once(bias, a, b, lambda: _run(_kernel_for(a.dtype, split_k=True), (a, b)))
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
         if split.eager or capturing(a):
@@ -759,14 +765,14 @@ def launch_addmm(
     transposed = transposed_pays(a, b, "plain" if bias is None else "bias")
     kernel = transposed_kernel if transposed else _kernel_for(a.dtype)
     # The fast path keeps this plain launch for the key: where the kernel depends only on it,
-    # in _fast_mm/_fast_addmm; for a product that splits under a capture only, in
+    # in _fast_mm/_fast_addmm; for a product whose last wave splits under a capture only, in
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism
     # switch a split or split-K product takes neither: the switch is not in the key.)
     plans = None
-    if a.dtype in FAST_DTYPES and not (split_k and not capture_only):
-        if split is None and not capture_only:
+    if a.dtype in FAST_DTYPES and not split_k:
+        if split is None:
             plans = _fast_mm if bias is None else _fast_addmm
-        elif not deterministic and (capture_only or not split.eager):
+        elif not deterministic and not split.eager:
             plans = _fast_eager
     fast = (plans, key) if plans is not None and key is not None else None
     if bias is None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from helion_ops.configs import (
+    few_rows,
     masks_vectorize,
     model_product,
     model_without_entry,
@@ -76,11 +77,13 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
     without a table entry on a GPU with a model; decided once per ``operands_key``. Never a
-    thin product (``configs.thin``): its split-K kernel reads the large operand once, as a
-    copy would."""
+    thin product (``configs.thin``) or one of a few rows with its weight off 16 bytes
+    (``configs.few_rows``): reading the weight is all their time, which a copy would double
+    (the GPT-2 head's forward at 4 tokens, bf16 on the H200: 76.7 us staged, 29.4 on
+    ``few_rows_config``'s pointer loads; call 250)."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
-    if thin(*product_mnk(a, b)):
+    if thin(*product_mnk(a, b)) or few_rows(a, b):
         return False
     key = operands_key(a, b)
     decision = _decisions.get(key)

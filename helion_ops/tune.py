@@ -63,6 +63,7 @@ from helion_ops.kernel import (
     _kernel_for,
     _run,
     launch_mm,
+    modelled,
     scaled,
     scaled_plus_bias,
     transposed_kernel,
@@ -82,9 +83,12 @@ from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 def candidates_for(
     m: int, n: int, k: int, dtype: torch.dtype, epilogue: str = "plain"
 ) -> list[helion.Config]:
-    """The configs timed for one key (Helion's default comes on top of them)."""
+    """The configs timed for one key (Helion's default comes on top of them): a thin
+    product's narrow tiles among the small candidates (``configs.few_rows_config``)."""
     if wants_split_k(m, n, k, dtype):
         return SPLIT_CANDIDATES
+    if not modelled(m, n, k, dtype):
+        return [configs.few_rows_config(m, n, tma=True), *SMALL_CANDIDATES]
     if m * n <= SMALL_OUTPUT:
         return SMALL_CANDIDATES
     large = CANDIDATES + BIAS_CANDIDATES if epilogue == "bias" else CANDIDATES
@@ -106,7 +110,7 @@ def matmuls_of(
     first, layout = backward_pair(m, n, k)
     pair = ("a.T@g, g@b.T" if layout == "crrc" else "g@b.T, a.T@g", first, layout)
     if all(
-        mm * nn <= MEDIUM_OUTPUT and not wants_split_k(mm, nn, kk, dtype)
+        mm * nn <= MEDIUM_OUTPUT and modelled(mm, nn, kk, dtype)
         for mm, nn, kk in ((m, k, n), (k, n, m))
     ):
         matmuls.append(pair)
@@ -146,23 +150,24 @@ def training_keys(
     dtype: str, shapes: list[tuple[int, int, int]] | None = None
 ) -> list[tuple[int, int, int, str, str, str]]:
     """The model's training keys: the three single products of every training shape (or of
-    ``shapes``), except those the split-K kernel takes (the model does not choose for it),
-    and the backward's pair where the model may run it in one launch (``configs.model_pair``:
-    aligned sizes, an output larger than ``SMALL_OUTPUT``, neither product split over K)."""
+    ``shapes``) that the model chooses for (``kernel.modelled``: not split over K, not
+    thin), and the backward's pair where the model may run it in one launch
+    (``configs.model_pair``: aligned sizes, an output larger than ``SMALL_OUTPUT``, both
+    products modelled)."""
     keys = []
     torch_dtype = getattr(torch, dtype)
     elements = 16 // torch_dtype.itemsize
     for shape in shapes or TRAINING_SHAPES:
         for _, (m, n, k), layout in matmuls_of(*shape, torch_dtype)[:3]:
             key = (m, n, k, dtype, layout, "plain")
-            if not wants_split_k(m, n, k, torch_dtype) and key not in keys:
+            if modelled(m, n, k, torch_dtype) and key not in keys:
                 keys.append(key)
         m, n, k = shape
         both = ((m, k, n), (k, n, m))
         if (
             all(size % elements == 0 for size in shape)
             and max(mm * nn for mm, nn, _ in both) > SMALL_OUTPUT
-            and not any(wants_split_k(*mnk, torch_dtype) for mnk in both)
+            and all(modelled(*mnk, torch_dtype) for mnk in both)
         ):
             (mm, nn, kk), layout = backward_pair(m, n, k)
             keys.append((mm, nn, kk, dtype, layout, "plain"))

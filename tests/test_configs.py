@@ -18,10 +18,12 @@ from helion_ops.kernel import (
     _kernel_for,
     matmul_kernel,
     matmul_kernel_tf32,
+    modelled,
     pair_kernel,
     scaled,
     split_k_kernel,
     transposed_kernel,
+    wants_pair,
     wants_split_k,
 )
 
@@ -135,12 +137,13 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (1024, 1024, 4096, False),
         (20120, 512, 1536, False),
         (4096, 4096, 4096, False),
-        (16, 4096, 14336, True),  # thin: a decode step's MLP down
-        (64, 6144, 4096, True),
-        (16, 8192, 8192, False),  # N of more tiles than measured
-        (65, 4096, 8192, False),  # more rows than a thin product's
-        (16, 14336, 4096, False),  # N of 112 tiles
-        (16, 4096, 2048, False),  # K shorter than measured
+        (16, 4096, 14336, False),  # thin, K in vectors: narrow tiles of the plain kernel
+        (16, 4096, 14339, True),  # thin, K off 16 bytes: loaded element by element
+        (64, 8192, 4099, True),
+        (16, 8200, 8195, False),  # N of more tiles than measured
+        (65, 4096, 8195, False),  # more rows than a thin product's
+        (16, 14336, 4099, False),  # N of 112 tiles
+        (16, 4096, 2043, False),  # K shorter than measured
     ],
 )
 def test_split_k_rule(m, n, k, split):
@@ -150,8 +153,57 @@ def test_split_k_rule(m, n, k, split):
 
 def test_fp32_thin_products_are_not_for_the_split_k_kernel():
     """fp32's split-K config is Helion's default, never measured on thin products."""
-    assert not wants_split_k(16, 4096, 14336, torch.float32)
+    assert not wants_split_k(16, 4096, 14339, torch.float32)
     assert wants_split_k(1536, 512, 20120, torch.float32)  # few tiles, long K
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 4096, 14336), (16, 4096, 14339), (1536, 512, 20120)])
+def test_thin_and_split_k_products_are_not_the_models(m, n, k):
+    """The wave model neither chooses for nor pairs a split-K or thin fp16/bf16 product;
+    an fp32 thin one runs the plain kernel on its choice."""
+    for dtype in (torch.float16, torch.bfloat16):
+        assert not modelled(m, n, k, dtype)
+        assert not wants_pair((m, n, k), (64, 64, 64), dtype)
+    assert modelled(m, n, k, torch.float32) is not wants_split_k(m, n, k, torch.float32)
+    assert modelled(1024, 1024, 4096, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "m,n,tma,blocks,stages,indexing",
+    [
+        (1, 4096, True, [16, 32, 256], 4, "tensor_descriptor"),
+        (2, 8192, True, [16, 64, 256], 4, "tensor_descriptor"),
+        (32, 6144, True, [32, 64, 256], 4, "tensor_descriptor"),
+        (48, 5120, True, [64, 64, 128], 6, "tensor_descriptor"),
+        (4, 50257, False, [16, 64, 64], 1, "pointer"),
+        (33, 50257, False, [64, 64, 64], 1, "pointer"),
+    ],
+)
+def test_few_rows_configs(m, n, tma, blocks, stages, indexing):
+    """The narrow tiles measured fastest or within 4% on the H200 (call 250, NOTES 114),
+    each within an SM's shared memory."""
+    chosen = configs.few_rows_config(m, n, tma).config
+    assert chosen["block_sizes"] == blocks and chosen["num_stages"] == stages
+    assert chosen["indexing"] == indexing and chosen["pid_type"] == "flat"
+    bm, bn, bk = blocks
+    assert (bm + bn) * bk * 2 * stages + 2 * bm * bn * 2 <= configs.SHARED_MEMORY_BYTES
+
+
+def test_few_rows_products():
+    """Thin products, and products of at most 64 rows whose weight's rows are off 16 bytes
+    (the GPT-2 head's forward); fp16 and bf16 only."""
+    for dtype in (torch.float16, torch.bfloat16):
+        assert configs.few_rows(
+            torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8192, dtype=dtype)
+        )
+        head = torch.empty(4, 768, dtype=dtype), torch.empty(768, 50257, dtype=dtype)
+        assert configs.few_rows(*head)
+        assert not configs.few_rows(torch.empty(65, 768, dtype=dtype), head[1])
+        wide = torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8200, dtype=dtype)
+        assert not configs.few_rows(*wide)  # more columns than thin, rows on 16 bytes
+        assert not configs.few_rows(wide[0][:, :2048], wide[1][:2048])  # K short of thin
+    fp32 = torch.empty(4, 768), torch.empty(768, 50257)
+    assert not configs.few_rows(*fp32)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")

@@ -15,7 +15,7 @@ from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import configs, kernel, model, plans, table
+from helion_ops import configs, kernel, model, plans, staging, table
 from helion_ops.candidates import flattened
 
 pytestmark = pytest.mark.cuda
@@ -385,12 +385,12 @@ def test_split_k_without_an_entry_runs_the_split_rule():
     check_matmul(a, b)
 
 
-@pytest.mark.parametrize("m,k,n", [(16, 14336, 4096), (4, 50257, 768)])
-def test_a_thin_product_runs_the_thin_split(monkeypatch, m, k, n):
-    """A decode step's product (``configs.thin``; the second has K off 16 bytes, the GPT-2
-    head's grad_out @ mat2.T at 4 tokens): split-K on ``configs.thin_split``'s config."""
+def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
+    """The GPT-2 head's grad_out @ mat2.T at 4 tokens (``configs.thin``, K of 50257 off 16
+    bytes): split-K on ``configs.thin_split``'s config."""
     from test_ops import launches
 
+    m, k, n = 4, 50257, 768
     launched = launches(monkeypatch)
     a = make((m, k), torch.bfloat16)
     b = make((k, n), torch.bfloat16, transposed=True)
@@ -400,6 +400,35 @@ def test_a_thin_product_runs_the_thin_split(monkeypatch, m, k, n):
     assert configs.choose_config(bound, a, b) == configs.thin_split(m, n, k, sms)
     check_matmul(a, b)
     assert launched[0] is kernel.split_k_kernel
+
+
+@pytest.mark.parametrize(
+    "m,k,n,transposed,tma",
+    [
+        (16, 14336, 4096, False, True),
+        (48, 5120, 5120, True, True),
+        (2, 8192, 8192, False, True),
+        (33, 4096, 6144, False, True),
+        (4, 768, 50257, False, False),  # the GPT-2 head's forward at 4 tokens
+    ],
+)
+def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, tma):
+    """Decode steps' products (``configs.few_rows``: thin ones whose K loads in vectors, and
+    the GPT-2 head's forward, b's rows of 50257 off 16 bytes, unstaged) run the plain kernel
+    on ``configs.few_rows_config``; forward and backward against float64, with a bias too."""
+    from test_ops import launches
+
+    launched = launches(monkeypatch)
+    a = make((m, k), torch.bfloat16)
+    b = make((k, n), torch.bfloat16, transposed=transposed)
+    x, y = a.detach(), b.detach()
+    assert configs.few_rows(x, y) and configs.tma_aligned(x, y) is tma
+    assert not staging.worth_staging(x, y) and not configs.transposed_pays(x, y)
+    bound = kernel.matmul_kernel.bind((x, y, kernel.scaled(1.0)))
+    assert configs.choose_config(bound, x, y) == configs.few_rows_config(m, n, tma)
+    check_matmul(a, b)
+    assert launched[0] is kernel.matmul_kernel
+    check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
 
 
 def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):

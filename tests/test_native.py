@@ -201,8 +201,9 @@ def test_a_split_k_product_is_recorded_as_its_cast(fake_extension):
 
 
 def test_a_split_k_forward_is_learned_as_its_launch(fake_extension, monkeypatch):
-    """A matmul key that the Python path splits over K (a thin product) hands the extension
-    the split-K kernel's launch, flagged to cast its fp32 sums; a key with neither plan, none."""
+    """A matmul key that the Python path splits over K (a thin product, K off 16 bytes)
+    hands the extension the split-K kernel's launch, flagged to cast its fp32 sums; a key
+    with neither plan, none."""
     a, b = torch.randn(3, 64), torch.randn(64, 5)
     signature = {"x": "*bf16", "y": "*bf16", "out": "*fp32", "BLOCK": "constexpr", "n": "i32"}
     split = fake_plan(2, (0, 1, 2, 3, 4), signature)
@@ -362,13 +363,13 @@ def test_a_split_k_backward_replayed(extension, monkeypatch, op):
 
 @needs_cuda
 def test_a_split_k_forward_replayed(extension, monkeypatch):
-    """A thin product of long K, whose forward splits K in every call: from the second call
-    the extension zeroes the fp32 sums, launches the split-K kernel and casts them. Under
-    torch's determinism switch the forward takes the Python path instead (the plain
-    kernel)."""
+    """A thin product whose K loads element by element (K off 16 bytes), whose forward
+    splits K in every call: from the second call the extension zeroes the fp32 sums,
+    launches the split-K kernel and casts them. Under torch's determinism switch the forward
+    takes the Python path instead (the plain kernel)."""
     torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
-    m, n, k, dtype = 16, 2048, 8192, torch.bfloat16
-    assert configs.thin(m, n, k) and k >= configs.THIN_EAGER_K
+    m, n, k, dtype = 16, 2048, 8195, torch.bfloat16
+    assert configs.thin(m, n, k) and kernel.wants_split_k(m, n, k, dtype)
     assert not kernel.few_tiles_long_k(m, n, k)
     a, b = make((m, k), dtype), make((k, n), dtype)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)

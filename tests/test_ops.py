@@ -598,36 +598,42 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch, python
     assert len(runs) == 2 and set(kernel._compiled) == compiled
 
 
-def test_a_thin_product_splits_under_captures_only(monkeypatch, python_path_only):
+def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
+    monkeypatch, python_path_only
+):
     """A thin product outside the few-tiles class whose K loads in vectors (3x576x4096 in
-    fp16): eager calls run the plain kernel through the eager fast path, the first also
-    compiling the split-K kernel; a capture runs the split without compiling (NOTES 112-113)."""
+    fp16) runs the plain kernel (narrow tiles on the GPU: ``configs.few_rows_config``) in
+    every call: after the first, eager calls and captures alike through the fast path's plan
+    (NOTES 114)."""
     a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
     assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
-    assert launched[:2] == [kernel.split_k_kernel, kernel.matmul_kernel]
+    assert launched[0] is kernel.matmul_kernel and kernel.split_k_kernel not in launched
     key = kernel._mm_key(a, b, True)
-    assert key not in kernel._fast_mm and list(kernel._fast_eager) == [key]
+    assert key in kernel._fast_mm and not kernel._fast_split and not kernel._fast_eager
     launched.clear()
     helion_ops.matmul(a.detach(), b.detach())
-    assert launched == []  # the eager fast path's plan
-    compiled = set(kernel._compiled)
+    assert launched == []  # the fast path's plan
     monkeypatch.setattr(kernel, "capturing", lambda t: True)
     check_matmul(a, b)
-    assert launched[0] is kernel.split_k_kernel and set(kernel._compiled) == compiled
+    assert kernel.split_k_kernel not in launched
 
 
-def test_a_thin_product_of_long_k_splits_in_every_call(monkeypatch, python_path_only):
-    """A thin product whose K loads in vectors and reaches ``THIN_EAGER_K`` (3x576x4096 in
-    fp16, against a bound lowered to 4096 to keep the interpreter's work small) runs the
-    split-K kernel in eager calls and captures alike; after its first call, through the fast
-    path's plan (``kernel._fast_split``), without ``_run``, whose cast reads each call's
-    alpha. Under torch's determinism switch the same key runs the plain kernel (NOTES 113)."""
-    monkeypatch.setattr(kernel, "THIN_EAGER_K", 4096)
-    a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
-    assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
+# A thin product outside the few-tiles class whose K loads element by element (K of 4100
+# fp16 elements: 8200 bytes a row of a, off 16 bytes).
+THIN_K_OFF = (3, 4100, 576)
+
+
+def test_a_thin_product_with_k_off_16_bytes_splits_in_every_call(monkeypatch, python_path_only):
+    """Such a product runs the split-K kernel in eager calls and captures alike; after its
+    first call, through the fast path's plan (``kernel._fast_split``), without ``_run``,
+    whose cast reads each call's alpha. Under torch's determinism switch the same key runs
+    the plain kernel (NOTES 113)."""
+    m, k, n = THIN_K_OFF
+    a, b = make((m, k), torch.float16), make((k, n), torch.float16)
+    assert configs.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
@@ -650,12 +656,11 @@ def test_a_thin_product_of_long_k_splits_in_every_call(monkeypatch, python_path_
 
 @pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)
 def test_a_thin_addmm_splits_through_the_fast_path(monkeypatch, bias_shape):
-    """addmm of a thin product that splits in every call (``THIN_EAGER_K`` lowered as above),
-    after its first call: the split-K plan from the fast path, finished with each call's
-    bias, alpha and beta."""
-    monkeypatch.setattr(kernel, "THIN_EAGER_K", 4096)
+    """addmm of that product, after its first call: the split-K plan from the fast path,
+    finished with each call's bias, alpha and beta."""
+    m, k, n = THIN_K_OFF
     fp16 = torch.float16
-    a, b = make((3, 4096), fp16).detach(), make((4096, 576), fp16).detach()
+    a, b = make((m, k), fp16).detach(), make((k, n), fp16).detach()
     kernel.reset()
     launched = launches(monkeypatch)
     for call, (alpha, beta) in enumerate([(1.5, -0.5), (-2.0, 3.0), (0.5, 0.25)]):
