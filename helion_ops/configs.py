@@ -404,11 +404,12 @@ def tma_aligned(*tensors: torch.Tensor) -> bool:
 # Thin products: a few rows (decode steps of a batch of at most 64) times a weight of a long K
 # and a narrow N. Reading the weight is all their time; the wave model's tiles along N
 # (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight.
-# Where K loads in vectors they run the plain kernel on narrow tiles (``few_rows_config``);
-# where it loads element by element (K off 16 bytes: the GPT-2 head's grad_out @ mat2.T,
-# 4x768x50257), split over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16
-# tiles: 96 KiB of shared memory, so two fit an SM): 1162 us -> 55.5 (aten 79.5) on the H200
-# (bf16, call 243, NOTES 112). The bounds are the most measured: N of 768 to 8192, K of 4096
+# Where K loads in vectors and enough narrow tiles stream the weight (``narrow_in_flight``)
+# they run the plain kernel on those (``few_rows_config``); else, and where K loads element
+# by element (K off 16 bytes: the GPT-2 head's grad_out @ mat2.T, 4x768x50257), they split
+# over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16 tiles: 96 KiB of
+# shared memory, so two fit an SM): 1162 us -> 55.5 (aten 79.5) on the H200 (bf16, call
+# 243, NOTES 112). The bounds are the most measured: N of 768 to 8192, K of 4096
 # to 50257. With more columns (16x14336x4096, 112 tiles of 128) the model's choice ran 1.07x
 # faster than the narrow tiles (31.3 us against 33.3, call 250).
 THIN_ROWS = 64
@@ -437,7 +438,8 @@ def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
-    tile of 16 to 64, narrow tiles along N in a deep pipeline, so that about a program an SM
+    tile of 16 to 64, narrow tiles along N (64 columns, or 32 where 64 would leave fewer than
+    half an H200's 132 SMs a program) in a deep pipeline, so that about a program an SM
     streams its columns of the weight with many loads in flight. ``tma``: both operands load
     by tensor descriptors; else by pointer in one stage, where b's rows load element by element
     and no asynchronous copy can pipeline them.
@@ -453,7 +455,24 @@ def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
         return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
     if bm == THIN_ROWS:
         return plain_config(bm, 64, 128, 4, 6, "flat")
-    return plain_config(bm, 32 if n <= 5120 else 64, 256, 4, 4, "flat")
+    return plain_config(bm, 64 if math.ceil(n / 64) >= 66 else 32, 256, 4, 4, "flat")
+
+
+# The bytes of the weight that a thin product's narrow tiles keep in flight, at the least:
+# (programs) x (stages - 1) x (a stage's tile of the weight). Below it a thin product splits
+# over K instead, its programs about two an SM. On the H200 (bf16, calls 250-251, NOTES 114):
+# 24x2048x8192 on 64 programs of 32x32x256 (3 MiB) took 18.6 us against the split's 9.4
+# (aten 9.4); 1x2560x10240 on 80 of 16x32x256 (3.75 MiB) 19.5-19.8 against 21.8.
+NARROW_IN_FLIGHT = 3.5 * 2**20
+
+
+def narrow_in_flight(m: int, n: int, itemsize: int) -> bool:
+    """Whether a thin ``m x n`` product's narrow tiles (``few_rows_config`` on tensor
+    descriptors) keep ``NARROW_IN_FLIGHT`` bytes of the weight in flight."""
+    chosen = few_rows_config(m, n, tma=True).config
+    bm, bn, bk = chosen["block_sizes"]
+    programs = math.ceil(m / bm) * math.ceil(n / bn)
+    return programs * (chosen["num_stages"] - 1) * bk * bn * itemsize >= NARROW_IN_FLIGHT
 
 
 def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:

@@ -54,6 +54,7 @@ from helion_ops.configs import (
     k_masks_vectorize,
     last_wave_split,
     model_pair,
+    narrow_in_flight,
     operands_key,
     select_config,
     splits_k,
@@ -478,13 +479,16 @@ def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: few output
     tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a thin product
     (``configs.thin``; fp32's split-K config is Helion's default, never measured on those)
-    whose K is not a whole number of 16 bytes. ``launch_addmm`` reads the operands: it
-    splits a few-tiles product where K's masks load in vectors (``k_masks_vectorize``), a
-    thin one where they do not (as here wherever an operand is contiguous along K: every
-    layout the tuner times but ``cr``), and either only where K is cut at all
-    (``configs.splits_k``)."""
+    whose K is not a whole number of 16 bytes or whose narrow tiles would keep too little
+    of the weight in flight (``configs.narrow_in_flight``). ``launch_addmm`` reads the
+    operands: it splits a few-tiles product where K's masks load in vectors
+    (``k_masks_vectorize``), a thin one where they do not (as here wherever an operand is
+    contiguous along K: every layout the tuner times but ``cr``) or its narrow tiles fall
+    short, and either only where K is cut at all (``configs.splits_k``)."""
     return few_tiles_long_k(m, n, k) or (
-        dtype in FAST_DTYPES and thin(m, n, k) and k * dtype.itemsize % 16 != 0
+        dtype in FAST_DTYPES
+        and thin(m, n, k)
+        and (k * dtype.itemsize % 16 != 0 or not narrow_in_flight(m, n, dtype.itemsize))
     )
 
 
@@ -737,14 +741,18 @@ def launch_addmm(
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.) A few-tiles product splits where K loads in vectors; a
     # thin one where it does not (its plain kernel then loads element by element and is
-    # slower still, NOTES 112), else, outside the few-tiles class, it runs the plain kernel
-    # on narrow tiles (``configs.few_rows_config``, NOTES 114).
+    # slower still, NOTES 112) or where its narrow tiles would keep too little of the weight
+    # in flight (``configs.narrow_in_flight``), else, outside the few-tiles class, it runs
+    # the plain kernel on those (``configs.few_rows_config``, NOTES 114).
     deterministic = deterministic_algorithms()
     few_tiles, thin_product = few_tiles_long_k(m, n, k), a.dtype in FAST_DTYPES and thin(m, n, k)
     # (Read only for the split-K kernel's products: the check costs microseconds a call.)
     vectorized = (few_tiles or thin_product) and k_masks_vectorize(a, b)
     split_k = (
-        ((few_tiles and vectorized) or (thin_product and not vectorized))
+        (
+            (few_tiles and vectorized)
+            or (thin_product and not (vectorized and narrow_in_flight(m, n, a.element_size())))
+        )
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )

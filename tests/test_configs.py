@@ -144,6 +144,7 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (65, 4096, 8195, False),  # more rows than a thin product's
         (16, 14336, 4099, False),  # N of 112 tiles
         (16, 4096, 2043, False),  # K shorter than measured
+        (24, 2048, 8192, True),  # thin, too few narrow tiles to stream the weight
     ],
 )
 def test_split_k_rule(m, n, k, split):
@@ -187,6 +188,17 @@ def test_few_rows_configs(m, n, tma, blocks, stages, indexing):
     assert chosen["indexing"] == indexing and chosen["pid_type"] == "flat"
     bm, bn, bk = blocks
     assert (bm + bn) * bk * 2 * stages + 2 * bm * bn * 2 <= configs.SHARED_MEMORY_BYTES
+
+
+@pytest.mark.parametrize(
+    "m,n,enough",
+    [(24, 2048, False), (1, 2560, True), (1, 4096, True), (2, 8192, True), (64, 4096, True)],
+)
+def test_narrow_tiles_in_flight(m, n, enough):
+    """Where a thin product's narrow tiles keep enough of the weight in flight: the bound
+    lies between the measured 3 MiB (24x2048x8192: 64 programs, the split 2x faster) and
+    3.75 MiB (1x2560x10240: 80 programs, the narrow tiles faster; call 251, NOTES 114)."""
+    assert configs.narrow_in_flight(m, n, torch.bfloat16.itemsize) is enough
 
 
 def test_few_rows_products():

@@ -602,9 +602,11 @@ def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
     monkeypatch, python_path_only
 ):
     """A thin product outside the few-tiles class whose K loads in vectors (3x576x4096 in
-    fp16) runs the plain kernel (narrow tiles on the GPU: ``configs.few_rows_config``) in
-    every call: after the first, eager calls and captures alike through the fast path's plan
-    (NOTES 114)."""
+    fp16), whose narrow tiles keep enough of the weight in flight (``NARROW_IN_FLIGHT``
+    lowered to keep the interpreter's work small), runs the plain kernel (those tiles on the
+    GPU: ``configs.few_rows_config``) in every call: after the first, eager calls and
+    captures alike through the fast path's plan (NOTES 114)."""
+    monkeypatch.setattr(configs, "NARROW_IN_FLIGHT", 0)
     a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
     assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
     kernel.reset()
@@ -621,17 +623,19 @@ def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
     assert kernel.split_k_kernel not in launched
 
 
-# A thin product outside the few-tiles class whose K loads element by element (K of 4100
-# fp16 elements: 8200 bytes a row of a, off 16 bytes).
-THIN_K_OFF = (3, 4100, 576)
+# Thin products outside the few-tiles class that split over K: one whose K loads element by
+# element (K of 4100 fp16 elements: 8200 bytes a row of a, off 16 bytes), and one whose
+# narrow tiles would keep too little of the weight in flight (``configs.narrow_in_flight``).
+THIN_SPLITS = [(3, 4100, 576), (3, 4096, 576)]
 
 
-def test_a_thin_product_with_k_off_16_bytes_splits_in_every_call(monkeypatch, python_path_only):
+@pytest.mark.parametrize("m,k,n", THIN_SPLITS, ids=str)
+def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_path_only, m, k, n):
     """Such a product runs the split-K kernel in eager calls and captures alike; after its
     first call, through the fast path's plan (``kernel._fast_split``), without ``_run``,
     whose cast reads each call's alpha. Under torch's determinism switch the same key runs
     the plain kernel (NOTES 113)."""
-    m, k, n = THIN_K_OFF
+    assert kernel.wants_split_k(m, n, k, torch.float16)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
     assert configs.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
     kernel.reset()
@@ -656,9 +660,9 @@ def test_a_thin_product_with_k_off_16_bytes_splits_in_every_call(monkeypatch, py
 
 @pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)
 def test_a_thin_addmm_splits_through_the_fast_path(monkeypatch, bias_shape):
-    """addmm of that product, after its first call: the split-K plan from the fast path,
+    """addmm of such a product, after its first call: the split-K plan from the fast path,
     finished with each call's bias, alpha and beta."""
-    m, k, n = THIN_K_OFF
+    m, k, n = THIN_SPLITS[0]
     fp16 = torch.float16
     a, b = make((m, k), fp16).detach(), make((k, n), fp16).detach()
     kernel.reset()
