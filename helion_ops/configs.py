@@ -436,10 +436,15 @@ def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
+# Narrow tiles of 64 columns where they give this many programs (half of an H200's 132 SMs),
+# else of 32 (``few_rows_config``).
+WIDE_TILE_PROGRAMS = 66
+
+
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
-    tile of 16 to 64, narrow tiles along N (64 columns, or 32 where 64 would leave fewer than
-    half an H200's 132 SMs a program) in a deep pipeline, so that about a program an SM
+    tile of 16 to 64, narrow tiles along N (64 columns; for at most 32 rows, 32 where 64 give
+    fewer than ``WIDE_TILE_PROGRAMS`` programs) in a deep pipeline, so that about a program an SM
     streams its columns of the weight with many loads in flight. ``tma``: both operands load
     by tensor descriptors; else by pointer in one stage, where b's rows load element by element
     and no asynchronous copy can pipeline them.
@@ -455,7 +460,8 @@ def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
         return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
     if bm == THIN_ROWS:
         return plain_config(bm, 64, 128, 4, 6, "flat")
-    return plain_config(bm, 64 if math.ceil(n / 64) >= 66 else 32, 256, 4, 4, "flat")
+    columns = 64 if math.ceil(n / 64) >= WIDE_TILE_PROGRAMS else 32
+    return plain_config(bm, columns, 256, 4, 4, "flat")
 
 
 # The bytes of the weight that a thin product's narrow tiles keep in flight, at the least:
