@@ -453,7 +453,7 @@ def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     replaces, under CUDA graphs) these were the fastest of 13-18 configs or within 4%:
     1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's 40.9),
     48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2 head's
-    forward at 4 tokens by pointer 29.4 (aten 39.3; staged on the model's choice 76.7). On
+    forward at 4 tokens by pointer 29.4 (aten 39.3; the model's choice, unstaged, 76.7). On
     the longest K the split stayed 5-6% faster (16x4096x14336 34.9 against 32.8)."""
     bm = max(16, 1 << (m - 1).bit_length())
     if not tma:

@@ -78,9 +78,8 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
     without a table entry on a GPU with a model; decided once per ``operands_key``. Never a
     thin product (``configs.thin``) or one of a few rows with its weight off 16 bytes
-    (``configs.few_rows``): reading the weight is all their time, which a copy would double
-    (the GPT-2 head's forward at 4 tokens, bf16 on the H200: 76.7 us staged, 29.4 on
-    ``few_rows_config``'s pointer loads; call 250)."""
+    (``configs.few_rows``): reading the weight is all their time, which a copy would double;
+    they run narrow tiles of their own (``configs.few_rows_config``)."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
     if thin(*product_mnk(a, b)) or few_rows(a, b):
