@@ -133,7 +133,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return split_rule(*mnks[0], sm_count(device))
     a, b = operands
-    if few_rows(a, b):
+    if few_rows(a, b) and not transposed:  # (a few rows' product never runs transposed)
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), not masks_vectorize(a, b)
     config = model.choose(product, tma_only, break_ties=epilogue != "bias")

@@ -515,14 +515,20 @@ def test_tune_shape_flag_parses_mxnxk():
         ((4096, 1024, 1024), "medium"),
         ((8192, 8192, 8192), "large"),
         ((1536, 512, 20120), "split"),
+        ((24, 2048, 8192), "split"),  # thin, too few narrow tiles
+        ((16, 4096, 14336), "thin"),
     ],
 )
 def test_tune_candidates_are_sized_to_the_output(mnk, kind):
+    """The tuner times the kernel and configs the launcher would choose among: a thin
+    product's narrow tiles among the small candidates."""
+    narrow = configs.few_rows_config(mnk[0], mnk[1], tma=True)
     want = {
         "small": candidates.SMALL_CANDIDATES,
         "medium": candidates.SMALL_CANDIDATES + candidates.CANDIDATES,
         "large": candidates.CANDIDATES,
         "split": candidates.SPLIT_CANDIDATES,
+        "thin": [narrow, *candidates.SMALL_CANDIDATES],
     }[kind]
     assert tune.candidates_for(*mnk, torch.bfloat16) == want
     assert (kind == "split") == all("split_k" in c.config for c in want)
