@@ -192,14 +192,13 @@ def last_wave_split(a: torch.Tensor, b: torch.Tensor) -> LastWaveSplit | None:
     if not a.is_cuda or a.dtype == torch.float32 or a.shape[0] * b.shape[1] < SMALLEST_WAVE:
         # fp32 and the CPU never split; below one wave of the smallest tiles nothing to keep.
         return None
-    if few_rows(a, b):  # narrow tiles of their own, whose waves the model does not know
-        return None
     key = operands_key(a, b)
     if key in _last_wave_splits:
         return _last_wave_splits[key]
     split = None
     model = model_without_entry(a, b)
-    if model is not None and k_masks_vectorize(a, b):
+    # (A few rows' product runs narrow tiles of its own, whose waves the model does not know.)
+    if model is not None and k_masks_vectorize(a, b) and not few_rows(a, b):
         product = model_product(a, b)
         plan = model.plan(product, TRANSPOSED_PLAIN if transposed_pays(a, b) else 1.0)
         if plan is not None and plan[1] < product.m:

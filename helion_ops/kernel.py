@@ -293,9 +293,8 @@ _fast_pair: dict[tuple[Any, ...], LaunchPlan | None] = {}  # None: two launches
 # host time that one launch fewer saves (``configs.model_pair(..., eager=True)``).
 _fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
 # Plain launches of products that split their last wave under a CUDA graph capture only
-# (``configs.LastWaveSplit.eager`` False), read after a miss in
-# _fast_mm or _fast_addmm when no capture is under way (launch_mm's and launch_addmm's keys
-# differ in length).
+# (``configs.LastWaveSplit.eager`` False), read after a miss in _fast_mm or _fast_addmm when
+# no capture is under way (launch_mm's and launch_addmm's keys differ in length).
 _fast_eager: dict[tuple[Any, ...], LaunchPlan] = {}
 _UNSEEN = object()
 # Split-K products (fp16 and bf16) that split in every call: the split-K kernel's plan, read
@@ -496,7 +495,7 @@ def modelled(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether the wave model chooses the config of an ``m x n x k`` product of ``dtype``
     and may pair it: not one for the split-K kernel, nor, in fp16 and bf16, thin (narrow
     tiles of its own: ``configs.few_rows_config``)."""
-    return not wants_split_k(m, n, k, dtype) and not (dtype in FAST_DTYPES and thin(m, n, k))
+    return not few_tiles_long_k(m, n, k) and not (dtype in FAST_DTYPES and thin(m, n, k))
 
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so

@@ -25,11 +25,9 @@ from helion_ops.configs import (
     model_without_entry,
     operands_key,
     rows_off_lines,
-    thin,
     tma_aligned,
 )
 from helion_ops.model import LINE_BYTES
-from helion_ops.table import product_mnk
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -82,7 +80,7 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     they run narrow tiles of their own (``configs.few_rows_config``)."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
-    if thin(*product_mnk(a, b)) or few_rows(a, b):
+    if few_rows(a, b):
         return False
     key = operands_key(a, b)
     decision = _decisions.get(key)
