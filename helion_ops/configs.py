@@ -17,10 +17,11 @@ transposed operand gets its own entry. The answer, in order:
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
    shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
-   ``pair_rule``; a product of a few rows (``few_rows``: thin, or its weight off 16 bytes)
-   narrow tiles of its own (``few_rows_config``); a flattened candidate with a K loop of 8
-   to 16 steps runs as many pipeline stages as shared memory holds, beside a bias tile too
-   (``deepened``). fp32 (and GPUs without a model) get Helion's built-in heuristic default.
+   ``pair_rule``; a product of a few rows (``few_rows``: thin, of at most 32 rows and a long
+   K, or its weight off 16 bytes) narrow tiles of its own (``few_rows_config``); a
+   flattened candidate with a K loop of 8 to 16 steps runs as many pipeline stages as
+   shared memory holds, beside a bias tile too (``deepened``). fp32 (and GPUs without a
+   model) get Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
@@ -422,45 +423,69 @@ def thin(m: int, n: int, k: int) -> bool:
     return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
 
 
+# Products of at most this many rows and a K of at least NARROW_MIN_K run narrow tiles
+# whatever their N (``narrow``): the wave model's 64-row tiles read the weight in too few
+# programs or in rounds that leave SMs idle. On the H200 (bf16, call 255, NOTES 115; under
+# CUDA graphs, against aten) 1x9216x3072 took 17.0 us on 16x64x256 against the model's 49.2
+# (aten 19.1), 12x18176x4544 43.6 on 16x128x128 against 53.1 (45.1), 2x24576x6144 71.9
+# against 80.5 (69.0), 28x8192x3584 18.4 against 19.9 (16.9). With 64 rows the model's tile
+# is about the narrow one (64x20480x5120: 60.8 us against 63.6), so those stay the model's.
+NARROW_ROWS = 32
+NARROW_MIN_K = 3072  # the shortest measured
+
+
+def narrow(m: int, n: int, k: int) -> bool:
+    """Whether an fp16 or bf16 ``m x n x k`` product runs narrow tiles (``few_rows_config``,
+    or a split over K where those fall short: ``narrow_tiles_pay``): thin, or of at most
+    ``NARROW_ROWS`` rows and a K of at least ``NARROW_MIN_K``."""
+    return thin(m, n, k) or (m <= NARROW_ROWS and k >= NARROW_MIN_K)
+
+
 def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the plain kernel runs ``a @ b`` on ``few_rows_config`` rather than the model's
-    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and thin or with ``b`` (the weight) not
-    loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257 elements)."""
+    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and ``narrow`` or with ``b`` (the
+    weight) not loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257
+    elements)."""
     m, k = a.shape
     n = b.shape[1]
     return (
         a.dtype in (torch.float16, torch.bfloat16)
         and m <= THIN_ROWS
-        and (thin(m, n, k) or not tma_aligned(b))
+        and (narrow(m, n, k) or not tma_aligned(b))
     )
 
 
-# Narrow tiles of 64 columns where they give this many programs (half of an H200's 132 SMs),
-# else of 32 (``few_rows_config``).
+# Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
+# of 64 where those give half of one, else of 32 (``few_rows_config``). On the H200 (bf16,
+# call 255): 1x9216x3072 on 72 programs of 128 columns 23.3 us, on 144 of 64 17.0.
+WAVE_PROGRAMS = 132
 WIDE_TILE_PROGRAMS = 66
 
 
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
-    tile of 16 to 64, narrow tiles along N (64 columns; for at most 32 rows, 32 where 64 give
-    fewer than ``WIDE_TILE_PROGRAMS`` programs) in a deep pipeline, so that about a program an SM
-    streams its columns of the weight with many loads in flight. ``tma``: both operands load
-    by tensor descriptors; else by pointer in one stage, where b's rows load element by element
-    and no asynchronous copy can pipeline them.
+    tile of 16 to 64, narrow tiles along N (64 columns for 33 to 64 rows; else 128, 64 or 32
+    by ``WAVE_PROGRAMS`` and ``WIDE_TILE_PROGRAMS``) in a deep pipeline, so that
+    about a program an SM streams its columns of the weight with many loads in flight.
+    ``tma``: both operands load by tensor descriptors; else by pointer in one stage, where
+    b's rows load element by element and no asynchronous copy can pipeline them.
 
-    On the H200 (bf16, call 250, NOTES 114; each against aten and the thin split it
-    replaces, under CUDA graphs) these were the fastest of 13-18 configs or within 4%:
-    1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's 40.9),
-    48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2 head's
-    forward at 4 tokens by pointer 29.4 (aten 39.3; the model's choice, unstaged, 76.7). On
-    the longest K the split stayed 5-6% faster (16x4096x14336 34.9 against 32.8)."""
+    On the H200 (bf16, calls 250 and 255, NOTES 114-115; each against aten and the thin
+    split it replaces, under CUDA graphs) these were the fastest of 13-18 configs or within
+    4%: 1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's
+    40.9), 48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2
+    head's forward at 4 tokens by pointer 29.4 (aten 39.3; the model's choice, unstaged,
+    76.7). 128 columns: 12x18176x4544 43.6 (45.1; 43.1 in 6 stages of 64)."""
     bm = max(16, 1 << (m - 1).bit_length())
     if not tma:
         return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
     if bm == THIN_ROWS:
         return plain_config(bm, 64, 128, 4, 6, "flat")
-    columns = 64 if math.ceil(n / 64) >= WIDE_TILE_PROGRAMS else 32
-    return plain_config(bm, columns, 256, 4, 4, "flat")
+    if math.ceil(n / 128) >= WAVE_PROGRAMS:
+        columns = 128
+    else:
+        columns = 64 if math.ceil(n / 64) >= WIDE_TILE_PROGRAMS else 32
+    return plain_config(bm, columns, 128 if columns == 128 else 256, 4, 4, "flat")
 
 
 # The bytes of the weight that a thin product's narrow tiles keep in flight, at the least:
@@ -478,6 +503,18 @@ def narrow_in_flight(m: int, n: int, itemsize: int) -> bool:
     bm, bn, bk = chosen["block_sizes"]
     programs = math.ceil(m / bm) * math.ceil(n / bn)
     return programs * (chosen["num_stages"] - 1) * bk * bn * itemsize >= NARROW_IN_FLIGHT
+
+
+def narrow_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
+    """Whether a thin product runs narrow tiles rather than a split over K: they keep enough
+    of the weight in flight (``narrow_in_flight``), and, for at most ``NARROW_ROWS`` rows,
+    K is under twice N. Past that each of the few narrow programs streams a long strip of
+    the weight, and 64x128 tiles split over K ran faster on the H200 (bf16, call 255, NOTES
+    115): 3x3072x8192 14.4 us against 19.6 (aten 16.0), 20x4544x18176 50.5 against 52.1
+    (45.0), 8x3584x18944 36.5 against 40.3 (39.8); 1x2560x10240 the other way, 21.8 against
+    19.6 (17.3)."""
+    long_k = m <= NARROW_ROWS and k >= 2 * n
+    return narrow_in_flight(m, n, itemsize) and not long_k
 
 
 def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:

@@ -54,7 +54,8 @@ from helion_ops.configs import (
     k_masks_vectorize,
     last_wave_split,
     model_pair,
-    narrow_in_flight,
+    narrow,
+    narrow_tiles_pay,
     operands_key,
     select_config,
     splits_k,
@@ -478,8 +479,8 @@ def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: few output
     tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a thin product
     (``configs.thin``; fp32's split-K config is Helion's default, never measured on those)
-    whose K is not a whole number of 16 bytes or whose narrow tiles would keep too little
-    of the weight in flight (``configs.narrow_in_flight``). ``launch_addmm`` reads the
+    whose K is not a whole number of 16 bytes or whose narrow tiles do not pay
+    (``configs.narrow_tiles_pay``). ``launch_addmm`` reads the
     operands: it splits a few-tiles product where K's masks load in vectors
     (``k_masks_vectorize``), a thin one where they do not (as here wherever an operand is
     contiguous along K: every layout the tuner times but ``cr``) or its narrow tiles fall
@@ -487,15 +488,15 @@ def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     return few_tiles_long_k(m, n, k) or (
         dtype in FAST_DTYPES
         and thin(m, n, k)
-        and (k * dtype.itemsize % 16 != 0 or not narrow_in_flight(m, n, dtype.itemsize))
+        and (k * dtype.itemsize % 16 != 0 or not narrow_tiles_pay(m, n, k, dtype.itemsize))
     )
 
 
 def modelled(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether the wave model chooses the config of an ``m x n x k`` product of ``dtype``
-    and may pair it: not one for the split-K kernel, nor, in fp16 and bf16, thin (narrow
-    tiles of its own: ``configs.few_rows_config``)."""
-    return not few_tiles_long_k(m, n, k) and not (dtype in FAST_DTYPES and thin(m, n, k))
+    and may pair it: not one for the split-K kernel, nor, in fp16 and bf16, ``narrow``
+    (narrow tiles of its own: ``configs.few_rows_config``)."""
+    return not few_tiles_long_k(m, n, k) and not (dtype in FAST_DTYPES and narrow(m, n, k))
 
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so
@@ -740,9 +741,9 @@ def launch_addmm(
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.) A few-tiles product splits where K loads in vectors; a
     # thin one where it does not (its plain kernel then loads element by element and is
-    # slower still, NOTES 112) or where its narrow tiles would keep too little of the weight
-    # in flight (``configs.narrow_in_flight``), else, outside the few-tiles class, it runs
-    # the plain kernel on those (``configs.few_rows_config``, NOTES 114).
+    # slower still, NOTES 112) or where its narrow tiles do not pay (too little of the weight
+    # in flight, or a long K: ``configs.narrow_tiles_pay``), else, outside the few-tiles
+    # class, it runs the plain kernel on those (``configs.few_rows_config``, NOTES 114-115).
     deterministic = deterministic_algorithms()
     few_tiles, thin_product = few_tiles_long_k(m, n, k), a.dtype in FAST_DTYPES and thin(m, n, k)
     # (Read only for the split-K kernel's products: the check costs microseconds a call.)
@@ -750,7 +751,7 @@ def launch_addmm(
     split_k = (
         (
             (few_tiles and vectorized)
-            or (thin_product and not (vectorized and narrow_in_flight(m, n, a.element_size())))
+            or (thin_product and not (vectorized and narrow_tiles_pay(m, n, k, a.element_size())))
         )
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)

@@ -137,7 +137,9 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (1024, 1024, 4096, False),
         (20120, 512, 1536, False),
         (4096, 4096, 4096, False),
-        (16, 4096, 14336, False),  # thin, K in vectors: narrow tiles of the plain kernel
+        (16, 4096, 14336, True),  # thin, K twice N or more: split (narrow_tiles_pay)
+        (40, 4096, 14336, False),  # more rows than NARROW_ROWS: narrow tiles
+        (16, 6144, 4096, False),  # thin, K in vectors: narrow tiles of the plain kernel
         (16, 4096, 14339, True),  # thin, K off 16 bytes: loaded element by element
         (64, 8192, 4099, True),
         (16, 8200, 8195, False),  # N of more tiles than measured
@@ -176,13 +178,15 @@ def test_thin_and_split_k_products_are_not_the_models(m, n, k):
         (2, 8192, True, [16, 64, 256], 4, "tensor_descriptor"),
         (32, 6144, True, [32, 64, 256], 4, "tensor_descriptor"),
         (48, 5120, True, [64, 64, 128], 6, "tensor_descriptor"),
+        (1, 9216, True, [16, 64, 256], 4, "tensor_descriptor"),
+        (12, 18176, True, [16, 128, 128], 4, "tensor_descriptor"),
         (4, 50257, False, [16, 64, 64], 1, "pointer"),
         (33, 50257, False, [64, 64, 64], 1, "pointer"),
     ],
 )
 def test_few_rows_configs(m, n, tma, blocks, stages, indexing):
-    """The narrow tiles measured fastest or within 4% on the H200 (call 250, NOTES 114),
-    each within an SM's shared memory."""
+    """The narrow tiles measured fastest or within 4% on the H200 (calls 250 and 255, NOTES
+    114-115), each within an SM's shared memory."""
     chosen = configs.few_rows_config(m, n, tma).config
     assert chosen["block_sizes"] == blocks and chosen["num_stages"] == stages
     assert chosen["indexing"] == indexing and chosen["pid_type"] == "flat"
@@ -201,9 +205,27 @@ def test_narrow_tiles_in_flight(m, n, enough):
     assert configs.narrow_in_flight(m, n, torch.bfloat16.itemsize) is enough
 
 
+@pytest.mark.parametrize(
+    "m,n,k,narrow",
+    [
+        (3, 3072, 8192, False),  # K twice N or more, at most NARROW_ROWS rows: split
+        (8, 3584, 18944, False),
+        (1, 4096, 4096, True),
+        (7, 4544, 4544, True),
+        (40, 3584, 14336, True),  # more rows than NARROW_ROWS
+        (24, 2048, 4096, False),  # too little in flight
+    ],
+)
+def test_narrow_tiles_pay(m, n, k, narrow):
+    """A thin product runs narrow tiles where they keep enough of the weight in flight and,
+    for at most 32 rows, K is under twice N; else it splits over K (call 255, NOTES 115)."""
+    assert configs.narrow_tiles_pay(m, n, k, torch.bfloat16.itemsize) is narrow
+
+
 def test_few_rows_products():
-    """Thin products, and products of at most 64 rows whose weight's rows are off 16 bytes
-    (the GPT-2 head's forward); fp16 and bf16 only."""
+    """Thin products, products of at most 32 rows and a K of 3072 or more, and products of
+    at most 64 rows whose weight's rows are off 16 bytes (the GPT-2 head's forward); fp16
+    and bf16 only."""
     for dtype in (torch.float16, torch.bfloat16):
         assert configs.few_rows(
             torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8192, dtype=dtype)
@@ -211,9 +233,10 @@ def test_few_rows_products():
         head = torch.empty(4, 768, dtype=dtype), torch.empty(768, 50257, dtype=dtype)
         assert configs.few_rows(*head)
         assert not configs.few_rows(torch.empty(65, 768, dtype=dtype), head[1])
-        wide = torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8200, dtype=dtype)
+        wide = torch.empty(33, 4096, dtype=dtype), torch.empty(4096, 8200, dtype=dtype)
         assert not configs.few_rows(*wide)  # more columns than thin, rows on 16 bytes
-        assert not configs.few_rows(wide[0][:, :2048], wide[1][:2048])  # K short of thin
+        assert configs.few_rows(wide[0][:32], wide[1])  # NARROW_ROWS, K of NARROW_MIN_K
+        assert not configs.few_rows(wide[0][:32, :3064], wide[1][:3064])  # K short of it
     fp32 = torch.empty(4, 768), torch.empty(768, 50257)
     assert not configs.few_rows(*fp32)
 
@@ -516,11 +539,13 @@ def test_tune_shape_flag_parses_mxnxk():
         ((8192, 8192, 8192), "large"),
         ((1536, 512, 20120), "split"),
         ((24, 2048, 8192), "split"),  # thin, too few narrow tiles
-        ((16, 4096, 14336), "thin"),
+        ((16, 4096, 14336), "split"),  # thin, K twice N or more
+        ((16, 6144, 4096), "thin"),
+        ((1, 9216, 3072), "thin"),  # at most 32 rows and a long K
     ],
 )
 def test_tune_candidates_are_sized_to_the_output(mnk, kind):
-    """The tuner times the kernel and configs the launcher would choose among: a thin
+    """The tuner times the kernel and configs the launcher would choose among: a narrow
     product's narrow tiles among the small candidates."""
     narrow = configs.few_rows_config(mnk[0], mnk[1], tma=True)
     want = {

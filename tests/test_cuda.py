@@ -405,7 +405,9 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
 @pytest.mark.parametrize(
     "m,k,n,transposed,tma",
     [
-        (16, 14336, 4096, False, True),
+        (16, 4096, 6144, False, True),
+        (1, 3072, 9216, False, True),  # at most 32 rows and a K of 3072 or more, any N
+        (12, 4544, 18176, True, True),  # 128 columns
         (48, 5120, 5120, True, True),
         (2, 8192, 8192, False, True),
         (33, 4096, 6144, False, True),
@@ -413,8 +415,9 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     ],
 )
 def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, tma):
-    """Decode steps' products (``configs.few_rows``: thin ones whose K loads in vectors, and
-    the GPT-2 head's forward, b's rows of 50257 off 16 bytes, unstaged) run the plain kernel
+    """Decode steps' products (``configs.few_rows``: thin ones whose narrow tiles pay, those
+    of at most 32 rows and a long K, and the GPT-2 head's forward, b's rows of 50257 off 16
+    bytes, unstaged) run the plain kernel
     on ``configs.few_rows_config``; forward and backward against float64, with a bias too."""
     from test_ops import launches
 

@@ -601,14 +601,14 @@ def test_a_split_for_captures_only_runs_plain_in_eager_calls(monkeypatch, python
 def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
     monkeypatch, python_path_only
 ):
-    """A thin product outside the few-tiles class whose K loads in vectors (3x576x4096 in
-    fp16), whose narrow tiles keep enough of the weight in flight (``NARROW_IN_FLIGHT``
-    lowered to keep the interpreter's work small), runs the plain kernel (those tiles on the
-    GPU: ``configs.few_rows_config``) in every call: after the first, eager calls and
-    captures alike through the fast path's plan (NOTES 114)."""
+    """A thin product outside the few-tiles class whose K loads in vectors (40x576x4096 in
+    fp16), whose narrow tiles pay (``NARROW_IN_FLIGHT`` lowered to keep the interpreter's
+    work small; more rows than ``NARROW_ROWS``, whose K may be long), runs the plain kernel
+    (those tiles on the GPU: ``configs.few_rows_config``) in every call: after the first,
+    eager calls and captures alike through the fast path's plan (NOTES 114)."""
     monkeypatch.setattr(configs, "NARROW_IN_FLIGHT", 0)
-    a, b = make((3, 4096), torch.float16), make((4096, 576), torch.float16)
-    assert configs.thin(3, 576, 4096) and not kernel.few_tiles_long_k(3, 576, 4096)
+    a, b = make((40, 4096), torch.float16), make((4096, 576), torch.float16)
+    assert configs.thin(40, 576, 4096) and not kernel.few_tiles_long_k(40, 576, 4096)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
