@@ -423,22 +423,29 @@ def thin(m: int, n: int, k: int) -> bool:
     return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
 
 
-# Products of at most this many rows and a K of at least NARROW_MIN_K run narrow tiles
-# whatever their N (``narrow``): the wave model's 64-row tiles read the weight in too few
-# programs or in rounds that leave SMs idle. On the H200 (bf16, call 255, NOTES 115; under
-# CUDA graphs, against aten) 1x9216x3072 took 17.0 us on 16x64x256 against the model's 49.2
-# (aten 19.1), 12x18176x4544 43.6 on 16x128x128 against 53.1 (45.1), 2x24576x6144 71.9
-# against 80.5 (69.0), 28x8192x3584 18.4 against 19.9 (16.9). With 64 rows the model's tile
-# is about the narrow one (64x20480x5120: 60.8 us against 63.6), so those stay the model's.
+# Products of at most this many rows outside the thin class that run narrow tiles too
+# (``narrow``): a K of NARROW_MIN_K to THIN_K, or a weight wide enough for a wave of
+# programs of 128 columns. On the H200 (bf16, under CUDA graphs, against aten; NOTES 115):
+# 1x9216x3072 17.0-17.2 us on 16x64x256 against the model's 49.2 (aten 17.9-19.1; calls 255
+# and 256), 28x8192x3584 18.1-18.4 against 19.9 (16.5-16.9), 12x18176x4544 on 16x128x128
+# 46.1 against 53.1 (45.1-45.2), the LM heads of 128256-256000 columns 0.99-1.00 of aten
+# against 0.95-0.99. Where 128 columns give 86-112 programs and K is 4096 (8x14336x4096,
+# 12x11008x4096, 32x14336x4096; call 256) the model's choice ran 10-23% faster than 64
+# columns, and with 64 rows the model's tile is about the narrow one (64x20480x5120: 60.8 us
+# against 63.6, call 255): those stay the model's.
 NARROW_ROWS = 32
 NARROW_MIN_K = 3072  # the shortest measured
 
 
 def narrow(m: int, n: int, k: int) -> bool:
     """Whether an fp16 or bf16 ``m x n x k`` product runs narrow tiles (``few_rows_config``,
-    or a split over K where those fall short: ``narrow_tiles_pay``): thin, or of at most
-    ``NARROW_ROWS`` rows and a K of at least ``NARROW_MIN_K``."""
-    return thin(m, n, k) or (m <= NARROW_ROWS and k >= NARROW_MIN_K)
+    or a split over K where those do not pay: ``narrow_tiles_pay``): thin, or of at most
+    ``NARROW_ROWS`` rows and a K of at least ``NARROW_MIN_K``, short of ``THIN_K`` or with
+    128 columns for ``WAVE_PROGRAMS`` programs."""
+    if thin(m, n, k):
+        return True
+    wide = math.ceil(n / 128) >= WAVE_PROGRAMS
+    return m <= NARROW_ROWS and k >= NARROW_MIN_K and (k < THIN_K or wide)
 
 
 def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -507,13 +514,14 @@ def narrow_in_flight(m: int, n: int, itemsize: int) -> bool:
 
 def narrow_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
     """Whether a thin product runs narrow tiles rather than a split over K: they keep enough
-    of the weight in flight (``narrow_in_flight``), and, for at most ``NARROW_ROWS`` rows,
-    K is under twice N. Past that each of the few narrow programs streams a long strip of
-    the weight, and 64x128 tiles split over K ran faster on the H200 (bf16, call 255, NOTES
-    115): 3x3072x8192 14.4 us against 19.6 (aten 16.0), 20x4544x18176 50.5 against 52.1
-    (45.0), 8x3584x18944 36.5 against 40.3 (39.8); 1x2560x10240 the other way, 21.8 against
-    19.6 (17.3)."""
-    long_k = m <= NARROW_ROWS and k >= 2 * n
+    of the weight in flight (``narrow_in_flight``), and, where they are 32 columns wide (a
+    row of the weight read 64 bytes at a time) for at most ``NARROW_ROWS`` rows, K is under
+    twice N. Past that 64x128 tiles split over K ran faster on the H200 (bf16, under CUDA
+    graphs, NOTES 115): 3x3072x8192 14.3 us against 19.6 (aten 16.0-16.7; calls 255-256),
+    8x3584x18944 35.7 against 40.3 (39.8-40.1); 1x2560x10240 the other way, 21.4 against
+    19.6 (17.1-17.3). With 64 columns, 4x6144x24576 split 94.0 us against 70.8 (71.5)."""
+    columns = few_rows_config(m, n, tma=True).config["block_sizes"][1]
+    long_k = m <= NARROW_ROWS and columns == 32 and k >= 2 * n
     return narrow_in_flight(m, n, itemsize) and not long_k
 
 

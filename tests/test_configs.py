@@ -208,8 +208,9 @@ def test_narrow_tiles_in_flight(m, n, enough):
 @pytest.mark.parametrize(
     "m,n,k,narrow",
     [
-        (3, 3072, 8192, False),  # K twice N or more, at most NARROW_ROWS rows: split
+        (3, 3072, 8192, False),  # 32 columns, K twice N or more, at most NARROW_ROWS rows
         (8, 3584, 18944, False),
+        (4, 6144, 24576, True),  # 64 columns
         (1, 4096, 4096, True),
         (7, 4544, 4544, True),
         (40, 3584, 14336, True),  # more rows than NARROW_ROWS
@@ -218,14 +219,16 @@ def test_narrow_tiles_in_flight(m, n, enough):
 )
 def test_narrow_tiles_pay(m, n, k, narrow):
     """A thin product runs narrow tiles where they keep enough of the weight in flight and,
-    for at most 32 rows, K is under twice N; else it splits over K (call 255, NOTES 115)."""
+    where they are 32 columns wide for at most 32 rows, K is under twice N; else it splits
+    over K (calls 255-256, NOTES 115)."""
     assert configs.narrow_tiles_pay(m, n, k, torch.bfloat16.itemsize) is narrow
 
 
 def test_few_rows_products():
-    """Thin products, products of at most 32 rows and a K of 3072 or more, and products of
-    at most 64 rows whose weight's rows are off 16 bytes (the GPT-2 head's forward); fp16
-    and bf16 only."""
+    """Thin products, products of at most 32 rows and a K of 3072 or more (short of thin's
+    or with a weight wide enough for a wave of 128-column tiles), and products of at most 64
+    rows whose weight's rows are off 16 bytes (the GPT-2 head's forward); fp16 and bf16
+    only."""
     for dtype in (torch.float16, torch.bfloat16):
         assert configs.few_rows(
             torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8192, dtype=dtype)
@@ -233,10 +236,14 @@ def test_few_rows_products():
         head = torch.empty(4, 768, dtype=dtype), torch.empty(768, 50257, dtype=dtype)
         assert configs.few_rows(*head)
         assert not configs.few_rows(torch.empty(65, 768, dtype=dtype), head[1])
-        wide = torch.empty(33, 4096, dtype=dtype), torch.empty(4096, 8200, dtype=dtype)
+        wide = torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8200, dtype=dtype)
         assert not configs.few_rows(*wide)  # more columns than thin, rows on 16 bytes
-        assert configs.few_rows(wide[0][:32], wide[1])  # NARROW_ROWS, K of NARROW_MIN_K
-        assert not configs.few_rows(wide[0][:32, :3064], wide[1][:3064])  # K short of it
+        assert configs.few_rows(wide[0][:, :3072], wide[1][:3072])  # K short of THIN_K
+        assert not configs.few_rows(wide[0][:, :3064], wide[1][:3064])  # ... of NARROW_MIN_K
+        head = torch.empty(32, 4096, dtype=dtype), torch.empty(4096, 132 * 128, dtype=dtype)
+        assert configs.few_rows(*head)  # a wave of programs of 128 columns
+        assert not configs.few_rows(head[0][:, :3064], head[1][:3064])
+        assert not configs.few_rows(torch.empty(33, 4096, dtype=dtype), head[1])
     fp32 = torch.empty(4, 768), torch.empty(768, 50257)
     assert not configs.few_rows(*fp32)
 

@@ -406,8 +406,8 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     "m,k,n,transposed,tma",
     [
         (16, 4096, 6144, False, True),
-        (1, 3072, 9216, False, True),  # at most 32 rows and a K of 3072 or more, any N
-        (12, 4544, 18176, True, True),  # 128 columns
+        (1, 3072, 9216, False, True),  # at most 32 rows, a K short of THIN_K
+        (12, 4544, 18176, True, True),  # 128 columns for a wave of programs
         (48, 5120, 5120, True, True),
         (2, 8192, 8192, False, True),
         (33, 4096, 6144, False, True),
