@@ -391,6 +391,7 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     from test_ops import launches
 
     m, k, n = 4, 50257, 768
+    kernel.reset()  # (the next test's backward has this product's key: no plan from it)
     launched = launches(monkeypatch)
     a = make((m, k), torch.bfloat16)
     b = make((k, n), torch.bfloat16, transposed=True)
@@ -421,6 +422,10 @@ def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, 
     on ``configs.few_rows_config``; forward and backward against float64, with a bias too."""
     from test_ops import launches
 
+    # The GPT-2 head's forward has the key of the test above's backward product: with that
+    # key's plan the first call would launch through it, past ``_run``: the likely cause of
+    # this test's one failure, in call 254's whole suite (its message was not kept).
+    kernel.reset()
     launched = launches(monkeypatch)
     a = make((m, k), torch.bfloat16)
     b = make((k, n), torch.bfloat16, transposed=transposed)
