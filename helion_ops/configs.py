@@ -423,6 +423,13 @@ def thin(m: int, n: int, k: int) -> bool:
     return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
 
 
+# Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
+# of 64 where those give half of one, else of 32 (``few_rows_config``). On the H200 (bf16,
+# call 255): 1x9216x3072 on 72 programs of 128 columns 23.3 us, on 144 of 64 17.0.
+WAVE_PROGRAMS = 132
+WIDE_TILE_PROGRAMS = 66
+
+
 # Products of at most this many rows outside the thin class that run narrow tiles too
 # (``narrow``): a K of NARROW_MIN_K to THIN_K, or a weight wide enough for a wave of
 # programs of 128 columns. On the H200 (bf16, under CUDA graphs, against aten; NOTES 115):
@@ -462,13 +469,6 @@ def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-# Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
-# of 64 where those give half of one, else of 32 (``few_rows_config``). On the H200 (bf16,
-# call 255): 1x9216x3072 on 72 programs of 128 columns 23.3 us, on 144 of 64 17.0.
-WAVE_PROGRAMS = 132
-WIDE_TILE_PROGRAMS = 66
-
-
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
     tile of 16 to 64, narrow tiles along N (64 columns for 33 to 64 rows; else 128, 64 or 32
@@ -482,7 +482,7 @@ def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     4%: 1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's
     40.9), 48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2
     head's forward at 4 tokens by pointer 29.4 (aten 39.3; the model's choice, unstaged,
-    76.7). 128 columns: 12x18176x4544 43.6 (45.1; 43.1 in 6 stages of 64)."""
+    76.7); on 128 columns 12x18176x4544 43.6 (aten 45.1; 43.1 on 16x128x64 in 6 stages)."""
     bm = max(16, 1 << (m - 1).bit_length())
     if not tma:
         return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
