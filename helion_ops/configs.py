@@ -457,15 +457,17 @@ def narrow(m: int, n: int, k: int) -> bool:
 
 def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the plain kernel runs ``a @ b`` on ``few_rows_config`` rather than the model's
-    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and ``narrow`` or with ``b`` (the
-    weight) not loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257
-    elements)."""
+    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and thin, or with ``b`` (the weight)
+    not loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257
+    elements), or ``narrow`` past thin with both operands loadable so. (A narrow product
+    whose ``a`` is not, K off 16 bytes, keeps the model's choice, and the staging of ``a``,
+    a few rows, where the model predicts it pays: narrow tiles would load K by pointer.)"""
     m, k = a.shape
     n = b.shape[1]
     return (
         a.dtype in (torch.float16, torch.bfloat16)
         and m <= THIN_ROWS
-        and (narrow(m, n, k) or not tma_aligned(b))
+        and (thin(m, n, k) or not tma_aligned(b) or (narrow(m, n, k) and tma_aligned(a)))
     )
 
 

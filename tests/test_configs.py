@@ -240,6 +240,8 @@ def test_few_rows_products():
         assert not configs.few_rows(*wide)  # more columns than thin, rows on 16 bytes
         assert configs.few_rows(wide[0][:, :3072], wide[1][:3072])  # K short of THIN_K
         assert not configs.few_rows(wide[0][:, :3064], wide[1][:3064])  # ... of NARROW_MIN_K
+        odd_k = torch.empty(16, 3073, dtype=dtype), torch.empty(3073, 8200, dtype=dtype)
+        assert not configs.few_rows(*odd_k)  # a's rows off 16 bytes: the model's choice
         head = torch.empty(32, 4096, dtype=dtype), torch.empty(4096, 132 * 128, dtype=dtype)
         assert configs.few_rows(*head)  # a wave of programs of 128 columns
         assert not configs.few_rows(head[0][:, :3064], head[1][:3064])
