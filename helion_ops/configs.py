@@ -430,6 +430,11 @@ WAVE_PROGRAMS = 132
 WIDE_TILE_PROGRAMS = 66
 
 
+def wide_tiles_fill_a_wave(n: int) -> bool:
+    """Whether a few rows' ``n`` columns give ``WAVE_PROGRAMS`` tiles of 128."""
+    return math.ceil(n / 128) >= WAVE_PROGRAMS
+
+
 # Products of at most this many rows outside the thin class that run narrow tiles too
 # (``narrow``): a K of NARROW_MIN_K to THIN_K, or a weight wide enough for a wave of
 # programs of 128 columns. On the H200 (bf16, under CUDA graphs, against aten; NOTES 115):
@@ -451,8 +456,7 @@ def narrow(m: int, n: int, k: int) -> bool:
     128 columns for ``WAVE_PROGRAMS`` programs."""
     if thin(m, n, k):
         return True
-    wide = math.ceil(n / 128) >= WAVE_PROGRAMS
-    return m <= NARROW_ROWS and k >= NARROW_MIN_K and (k < THIN_K or wide)
+    return m <= NARROW_ROWS and k >= NARROW_MIN_K and (k < THIN_K or wide_tiles_fill_a_wave(n))
 
 
 def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -490,7 +494,7 @@ def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
         return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
     if bm == THIN_ROWS:
         return plain_config(bm, 64, 128, 4, 6, "flat")
-    if math.ceil(n / 128) >= WAVE_PROGRAMS:
+    if wide_tiles_fill_a_wave(n):
         columns = 128
     else:
         columns = 64 if math.ceil(n / 64) >= WIDE_TILE_PROGRAMS else 32

@@ -75,9 +75,9 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
     without a table entry on a GPU with a model; decided once per ``operands_key``. Never a
-    thin product (``configs.thin``) or one of a few rows with its weight off 16 bytes
-    (``configs.few_rows``): reading the weight is all their time, which a copy would double;
-    they run narrow tiles of their own (``configs.few_rows_config``)."""
+    product of a few rows on narrow tiles of its own (``configs.few_rows``: thin, narrow, or
+    its weight off 16 bytes): reading the weight is all their time, which a copy would
+    double."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
     if few_rows(a, b):

@@ -83,8 +83,9 @@ from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 def candidates_for(
     m: int, n: int, k: int, dtype: torch.dtype, epilogue: str = "plain"
 ) -> list[helion.Config]:
-    """The configs timed for one key (Helion's default comes on top of them): a thin
-    product's narrow tiles among the small candidates (``configs.few_rows_config``)."""
+    """The configs timed for one key (Helion's default comes on top of them): a narrow
+    product's tiles (``configs.narrow``, ``configs.few_rows_config``) among the small
+    candidates."""
     if wants_split_k(m, n, k, dtype):
         return SPLIT_CANDIDATES
     if not modelled(m, n, k, dtype):
@@ -151,7 +152,7 @@ def training_keys(
 ) -> list[tuple[int, int, int, str, str, str]]:
     """The model's training keys: the three single products of every training shape (or of
     ``shapes``) that the model chooses for (``kernel.modelled``: not split over K, not
-    thin), and the backward's pair where the model may run it in one launch
+    narrow), and the backward's pair where the model may run it in one launch
     (``configs.model_pair``: aligned sizes, an output larger than ``SMALL_OUTPUT``, both
     products modelled)."""
     keys = []
