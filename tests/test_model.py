@@ -24,6 +24,9 @@ THIRD_DRAW_CSV = SHAPE_SETS / "third_draw.csv"
 # Decode products of 1-64 rows from models the thin set does not hold, drawn on 2026-12-03
 # (results README: "thin products").
 THIN_DRAW_CSV = SHAPE_SETS / "thin_draw.csv"
+# Serving batches of 72-640 rows (decode batches, short prompts, MoE experts), drawn on
+# 2026-12-03 (results README: "batches of 65 to 640 rows").
+BATCH_DRAW_CSV = SHAPE_SETS / "batch_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 TRAINING_RECORDS = (
     SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit" / "training.jsonl.gz"
@@ -42,7 +45,13 @@ def validation_shapes(path: Path = VALIDATION_CSV) -> list[tuple[int, int, int]]
 
 @pytest.mark.parametrize(
     "path,least",
-    [(VALIDATION_CSV, 30), (SECOND_DRAW_CSV, 16), (THIRD_DRAW_CSV, 16), (THIN_DRAW_CSV, 16)],
+    [
+        (VALIDATION_CSV, 30),
+        (SECOND_DRAW_CSV, 16),
+        (THIRD_DRAW_CSV, 16),
+        (THIN_DRAW_CSV, 16),
+        (BATCH_DRAW_CSV, 16),
+    ],
     ids=str,
 )
 def test_validation_shapes_were_never_fit_or_tuned(path, least):
@@ -56,7 +65,7 @@ def test_validation_shapes_were_never_fit_or_tuned(path, least):
     for shape in held_out:
         assert not products(*shape) & fitted, f"{shape} is a training point"
         assert not products(*shape) & tuned, f"{shape} is a table key"
-    earlier = [VALIDATION_CSV, SECOND_DRAW_CSV, THIRD_DRAW_CSV, THIN_DRAW_CSV]
+    earlier = [VALIDATION_CSV, SECOND_DRAW_CSV, THIRD_DRAW_CSV, THIN_DRAW_CSV, BATCH_DRAW_CSV]
     for other in earlier[: earlier.index(path)]:
         assert not set(held_out) & set(validation_shapes(other)), f"a shape of {other.name}"
 
