@@ -423,6 +423,22 @@ def thin(m: int, n: int, k: int) -> bool:
     return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
 
 
+# Products of one row tile past the thin class (65 to ``BATCH_ROWS`` rows: a decode batch or a
+# short prompt) whose K is at least twice N and ``THIN_K`` (an MLP's down projection) read the
+# weight and little else, and the model's tiles keep too little of it in flight: they split
+# over K as ``split_rule`` cuts it. On the H200 (bf16, under CUDA graphs, call 260, NOTES 116):
+# 120x4096x14336 39.8 us on 128x128 tiles in 4 pieces against the model's 57.1 (aten 40.0). Past
+# one row tile the product is bound by its compute, not the weight: with 144 rows every split
+# lost (144x5120x13824 79.5-89.2 against 71.6).
+BATCH_ROWS = 128
+
+
+def long_k_batch(m: int, n: int, k: int) -> bool:
+    """Whether ``m x n x k`` is a batch's product of long K (``BATCH_ROWS`` and the rest
+    above)."""
+    return THIN_ROWS < m <= BATCH_ROWS and k >= max(2 * n, THIN_K)
+
+
 # Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
 # of 64 where those give half of one, else of 32 (``few_rows_config``). On the H200 (bf16,
 # call 255): 1x9216x3072 on 72 programs of 128 columns 23.3 us, on 144 of 64 17.0.

@@ -143,10 +143,16 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (16, 4096, 14339, True),  # thin, K off 16 bytes: loaded element by element
         (64, 8192, 4099, True),
         (16, 8200, 8195, False),  # N of more tiles than measured
-        (65, 4096, 8195, False),  # more rows than a thin product's
+        (65, 4096, 8191, False),  # more rows than a thin product's, K short of twice N
+        (65, 4096, 8195, True),  # a batch's of long K (split where K loads in vectors)
         (16, 14336, 4099, False),  # N of 112 tiles
         (16, 4096, 2043, False),  # K shorter than measured
         (24, 2048, 8192, True),  # thin, too few narrow tiles to stream the weight
+        (96, 4096, 11008, True),  # a batch's product of long K: one row tile, K >= 2N
+        (128, 2048, 4096, True),
+        (129, 4096, 14336, False),  # two row tiles: bound by compute
+        (96, 4096, 8190, False),  # K short of twice N
+        (96, 1024, 2048, False),  # K short of THIN_K
     ],
 )
 def test_split_k_rule(m, n, k, split):
@@ -160,7 +166,9 @@ def test_fp32_thin_products_are_not_for_the_split_k_kernel():
     assert wants_split_k(1536, 512, 20120, torch.float32)  # few tiles, long K
 
 
-@pytest.mark.parametrize("m,n,k", [(16, 4096, 14336), (16, 4096, 14339), (1536, 512, 20120)])
+@pytest.mark.parametrize(
+    "m,n,k", [(16, 4096, 14336), (16, 4096, 14339), (1536, 512, 20120), (96, 4096, 11008)]
+)
 def test_thin_and_split_k_products_are_not_the_models(m, n, k):
     """The wave model neither chooses for nor pairs a split-K or thin fp16/bf16 product;
     an fp32 thin one runs the plain kernel on its choice."""

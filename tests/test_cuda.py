@@ -385,6 +385,25 @@ def test_split_k_without_an_entry_runs_the_split_rule():
     check_matmul(a, b)
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["rr", "rc"])
+def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed):
+    """An MLP's down projection at a decode batch of 96 (``configs.long_k_batch``): split-K
+    on ``configs.split_rule``'s config, b row-major or a transposed view (nn.Linear's)."""
+    from test_ops import launches
+
+    m, k, n = 96, 11008, 4096
+    kernel.reset()
+    launched = launches(monkeypatch)
+    a = make((m, k), torch.bfloat16)
+    b = make((k, n), torch.bfloat16, transposed=transposed)
+    bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
+    sms = configs.sm_count(a.device)
+    chosen = configs.choose_config(bound, a, b)
+    assert chosen == configs.split_rule(m, n, k, sms) and chosen.config["split_k"] > 1
+    check_matmul(a, b)
+    assert launched[0] is kernel.split_k_kernel
+
+
 def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     """The GPT-2 head's grad_out @ mat2.T at 4 tokens (``configs.thin``, K of 50257 off 16
     bytes): split-K on ``configs.thin_split``'s config."""

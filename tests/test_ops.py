@@ -658,6 +658,25 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     assert launched[1:] == [kernel.matmul_kernel]
 
 
+def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
+    """A product of one row tile past the thin class whose K is at least twice N
+    (``configs.long_k_batch``; 72x576x4096 in fp16) runs the split-K kernel, its backward's
+    products the plain one; under torch's determinism switch the plain kernel (NOTES 116)."""
+    m, k, n = 72, 4096, 576
+    assert configs.long_k_batch(m, n, k) and not configs.thin(m, n, k)
+    assert not kernel.few_tiles_long_k(m, n, k)
+    a, b = make((m, k), torch.float16), make((k, n), torch.float16)
+    kernel.reset()
+    launched = launches(monkeypatch)
+    check_matmul(a, b)
+    assert launched[0] is kernel.split_k_kernel
+    assert kernel.split_k_kernel not in launched[1:]
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: True)
+    launched.clear()
+    check_matmul(a, b)
+    assert kernel.split_k_kernel not in launched
+
+
 @pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)
 def test_a_thin_addmm_splits_through_the_fast_path(monkeypatch, bias_shape):
     """addmm of such a product, after its first call: the split-K plan from the fast path,
