@@ -6,8 +6,9 @@ output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta but 1, whose
 epilogues leave their multiplies out (``scaled``): a specialization, and a fast-path key, of
-their own. Products with few output tiles and a long K, and thin ones (``configs.thin``)
-whose K loads element by element, go to ``split_k_kernel`` instead (``wants_split_k``, where
+their own. Products with few output tiles and a long K, batches' of one row tile and a long
+K (``configs.long_k_batch``), and thin ones (``configs.thin``) whose K loads element by
+element, go to ``split_k_kernel`` instead (``wants_split_k``, where
 its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
 the bias and cast; other products of a few rows run narrow tiles (``configs.few_rows``).
 The backward's two products, where both are small (``wants_pair``) or the wave model predicts
