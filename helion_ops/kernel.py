@@ -758,13 +758,13 @@ def launch_addmm(
     # class, it runs the plain kernel on those (``configs.few_rows_config``, NOTES 114-115).
     deterministic = deterministic_algorithms()
     fast_dtype = a.dtype in FAST_DTYPES
-    few_tiles = few_tiles_long_k(m, n, k) or (fast_dtype and long_k_batch(m, n, k))
+    long_k = few_tiles_long_k(m, n, k) or (fast_dtype and long_k_batch(m, n, k))
     thin_product = fast_dtype and thin(m, n, k)
     # (Read only for the split-K kernel's products: the check costs microseconds a call.)
-    vectorized = (few_tiles or thin_product) and k_masks_vectorize(a, b)
+    vectorized = (long_k or thin_product) and k_masks_vectorize(a, b)
     split_k = (
         (
-            (few_tiles and vectorized)
+            (long_k and vectorized)
             or (thin_product and not (vectorized and narrow_tiles_pay(m, n, k, a.element_size())))
         )
         and split_k_kernel.settings.ref_mode is RefMode.OFF

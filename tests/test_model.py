@@ -25,7 +25,7 @@ THIRD_DRAW_CSV = SHAPE_SETS / "third_draw.csv"
 # (results README: "thin products").
 THIN_DRAW_CSV = SHAPE_SETS / "thin_draw.csv"
 # Serving batches of 72-640 rows (decode batches, short prompts, MoE experts), drawn on
-# 2026-12-03 (results README: "batches of 65 to 640 rows").
+# 2026-12-03 (results README: "a held-out draw of serving batches").
 BATCH_DRAW_CSV = SHAPE_SETS / "batch_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 TRAINING_RECORDS = (
