@@ -477,37 +477,34 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
     return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
 
 
+def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether an ``m x n x k`` product of ``dtype`` splits over K wherever K loads in
+    vectors: few output tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a
+    batch's product of long K (``configs.long_k_batch``)."""
+    return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and long_k_batch(m, n, k))
+
+
 def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
-    """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: few output
-    tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a batch's product of
-    long K (``configs.long_k_batch``), or a thin product (``configs.thin``; fp32's split-K
-    config is Helion's default, never measured on those) whose K is not a whole number of 16
-    bytes or whose narrow tiles do not pay (``configs.narrow_tiles_pay``). ``launch_addmm``
-    reads the operands: it splits a few-tiles or long-K batch product where K's masks load
-    in vectors (``k_masks_vectorize``), a thin one where they do not (as here wherever an
+    """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: a long-K
+    product (``long_k_product``), or, in fp16 and bf16, a thin one (``configs.thin``; fp32's
+    split-K config is Helion's default, never measured on those) whose K is not a whole
+    number of 16 bytes or whose narrow tiles do not pay (``configs.narrow_tiles_pay``).
+    ``launch_addmm`` reads the operands: it splits a long-K product where K's masks load in
+    vectors (``k_masks_vectorize``), a thin one where they do not (as here wherever an
     operand is contiguous along K: every layout the tuner times but ``cr``) or its narrow
-    tiles fall short, and any only where K is cut at all (``configs.splits_k``)."""
-    return few_tiles_long_k(m, n, k) or (
+    tiles fall short, and either only where K is cut at all (``configs.splits_k``)."""
+    return long_k_product(m, n, k, dtype) or (
         dtype in FAST_DTYPES
-        and (
-            long_k_batch(m, n, k)
-            or (
-                thin(m, n, k)
-                and (k * dtype.itemsize % 16 != 0 or not narrow_tiles_pay(m, n, k, dtype.itemsize))
-            )
-        )
+        and thin(m, n, k)
+        and (k * dtype.itemsize % 16 != 0 or not narrow_tiles_pay(m, n, k, dtype.itemsize))
     )
 
 
 def modelled(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether the wave model chooses the config of an ``m x n x k`` product of ``dtype``
-    and may pair it: not one for the split-K kernel, nor, in fp16 and bf16, a batch's of
-    long K (``configs.long_k_batch``) or ``narrow`` (narrow tiles of its own:
-    ``configs.few_rows_config``)."""
-    fast_dtype = dtype in FAST_DTYPES
-    return not few_tiles_long_k(m, n, k) and not (
-        fast_dtype and (long_k_batch(m, n, k) or narrow(m, n, k))
-    )
+    and may pair it: not a long-K product (``long_k_product``), nor, in fp16 and bf16,
+    ``narrow`` (narrow tiles of its own: ``configs.few_rows_config``)."""
+    return not long_k_product(m, n, k, dtype) and not (dtype in FAST_DTYPES and narrow(m, n, k))
 
 
 # At most this many output elements per product for ``wants_pair``: 64 tiles of 128x128, so
@@ -750,16 +747,15 @@ def launch_addmm(
     # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
-    # config, and split_k is one.) A few-tiles product, or a batch's of long K
-    # (``configs.long_k_batch``, NOTES 116), splits where K loads in vectors; a
+    # config, and split_k is one.) A long-K product (``long_k_product``: few tiles, or a
+    # batch's of long K, NOTES 116) splits where K loads in vectors; a
     # thin one where it does not (its plain kernel then loads element by element and is
     # slower still, NOTES 112) or where its narrow tiles do not pay (too little of the weight
     # in flight, or a long K: ``configs.narrow_tiles_pay``), else, outside the few-tiles
     # class, it runs the plain kernel on those (``configs.few_rows_config``, NOTES 114-115).
     deterministic = deterministic_algorithms()
-    fast_dtype = a.dtype in FAST_DTYPES
-    long_k = few_tiles_long_k(m, n, k) or (fast_dtype and long_k_batch(m, n, k))
-    thin_product = fast_dtype and thin(m, n, k)
+    long_k = long_k_product(m, n, k, a.dtype)
+    thin_product = a.dtype in FAST_DTYPES and thin(m, n, k)
     # (Read only for the split-K kernel's products: the check costs microseconds a call.)
     vectorized = (long_k or thin_product) and k_masks_vectorize(a, b)
     split_k = (
