@@ -15,7 +15,8 @@ transposed operand gets its own entry. The answer, in order:
    The pair kernel (two products in one launch) has entries of its own, whose layout names
    four operands. Entries are overrides: every shape gets a config without one.
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
-   shapes that won the table; the split-K kernel gets ``split_rule``, and the pair kernel
+   shapes that won the table (a serving batch's forward: the batch model,
+   ``model.batch_product``); the split-K kernel gets ``split_rule``, and the pair kernel
    the model's choice where it predicts one launch faster than two (``model_pair``), else
    ``pair_rule``; a product of a few rows (``few_rows``: thin, of at most 32 rows and a long
    K, or its weight off 16 bytes) narrow tiles of its own (``few_rows_config``); a
@@ -47,9 +48,11 @@ from helion_ops.model import (
     LINE_BYTES,
     TRANSPOSED_PLAIN,
     Product,
+    batch_product,
     k_block,
     k_steps,
     pair_of,
+    shipped_batch_model,
     shipped_model,
     split_of,
     tail_split,
@@ -137,7 +140,10 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if few_rows(a, b) and not transposed:  # (a few rows' product never runs transposed)
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), not masks_vectorize(a, b)
-    config = model.choose(product, tma_only, break_ties=epilogue != "bias")
+    break_ties = epilogue != "bias"
+    batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
+    config = batch_model and batch_model.choose(product, tma_only, break_ties)
+    config = config or model.choose(product, tma_only, break_ties)
     if config is None:
         return bound_kernel.config_spec.default_config()
     if epilogue == "bias":

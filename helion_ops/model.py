@@ -40,6 +40,13 @@ filling the SMs the first one's last wave leaves idle (``busiest_sm``). The trai
 backwards that the model may pair are timed in one launch of each candidate as well
 (``pair_of``), to report how that choice holds on pairs left out (``evaluate``); a factor
 per candidate for the pair kernel, fit on them, chose no better there (NOTES 86).
+
+A serving batch's forward (``batch_product``: 64 to 704 rows, operands row-major and 16-byte
+aligned) has few tiles, in a partial wave, and 64-row tiles pad its rows less than 128-row
+ones: the form fit on the training grid misses its time (a refit with such products moved
+none of their choices, NOTES 117). ``shipped_batch_model`` is a model of the same form fit on
+such products alone (``helion_ops.shapes.BATCH_TRAINING_SHAPES``), with a candidate of their
+own (``BATCH_CANDIDATES``); it chooses their config.
 """
 
 from __future__ import annotations
@@ -75,6 +82,14 @@ MODEL_CANDIDATES = [
     config(64, 64, 128, 4, 3, "flat", "pointer"),
     config(64, 32, 128, 4, 3, "flat", "pointer"),
 ]
+
+
+# A serving batch's forwards choose among these (``batch_product``): the model's, and 64x256
+# tiles of one warpgroup (4 warps), the widest wgmma of 64 rows. On the 25 training shapes of
+# 64-704 rows (H200, bf16, call 262) those were the fastest of 18 configs on 8 (NOTES 117).
+BATCH_CANDIDATES = [*MODEL_CANDIDATES, config(64, 256, 64, 4, 4, "flat", "pointer")]
+# The rows of a serving batch's forward: those of its training shapes.
+BATCH_ROWS = range(64, 705)
 
 
 def output_tiles(candidate: helion.Config, m: int, n: int) -> int:
@@ -449,10 +464,29 @@ class Model:
         )
 
 
+def batch_product(product: Product) -> bool:
+    """Whether ``shipped_batch_model`` chooses for a product: a serving batch's forward, of
+    ``BATCH_ROWS`` rows, operands row-major and 16-byte aligned, as its training shapes. (A
+    linear layer's ``x @ w.T``, layout 'rc', is timed but not yet measured held out: NOTES
+    117.)"""
+    return product.m in BATCH_ROWS and product.layout == "rr" and product.aligned
+
+
 @functools.cache
 def shipped_model(arch: str) -> Model | None:
     """The model fit for a GPU architecture such as 'sm90', or None where none ships."""
-    path = resources.files("helion_ops") / "tuned" / f"{arch}_model.json"
+    return _shipped(f"{arch}_model.json")
+
+
+@functools.cache
+def shipped_batch_model(arch: str) -> Model | None:
+    """The model fit to a serving batch's forwards (``batch_product``) on a GPU architecture,
+    or None where none ships."""
+    return _shipped(f"{arch}_batch_model.json")
+
+
+def _shipped(name: str) -> Model | None:
+    path = resources.files("helion_ops") / "tuned" / name
     if not path.is_file():
         return None
     return Model.from_json(json.loads(path.read_text()))
@@ -543,10 +577,16 @@ def _main(argv: list[str] | None = None) -> int:
         "records", type=Path, help="JSON lines of python -m helion_ops.tune --training"
     )
     parser.add_argument("--output", type=Path, help="where to write the model (JSON)")
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="fit the serving batch's model (BATCH_CANDIDATES, on its records)",
+    )
     args = parser.parse_args(argv)
     records = [json.loads(line) for line in args.records.read_text().splitlines() if line]
-    model = fit(records)
-    report = evaluate(records)
+    candidates = BATCH_CANDIDATES if args.batch else MODEL_CANDIDATES
+    model = fit(records, candidates)
+    report = evaluate(records, candidates)
     for line in report["lines"]:
         print(line)
     if args.output:
@@ -565,7 +605,7 @@ def _key(config: helion.Config | dict) -> str:
     return json.dumps(dict(config), sort_keys=True)
 
 
-def evaluate(records: list[dict]) -> dict:
+def evaluate(records: list[dict], candidates: Sequence[helion.Config] = MODEL_CANDIDATES) -> dict:
     """Leave one shape out: for every training shape and layout, the time of the candidate a
     model fit without that shape chooses, against the best candidate's and aten's; for a
     backward's pair, the time of what it chooses (one launch of a candidate, or two launches)
@@ -574,7 +614,7 @@ def evaluate(records: list[dict]) -> dict:
     lines, lost, against_aten, pairs = [], [], [], []
     for shape in shapes:
         rest = [r for r in records if (r["m"], r["n"], r["k"]) != shape]
-        model = fit(rest)
+        model = fit(rest, candidates)
         for layout in sorted({r["layout"] for r in records if (r["m"], r["n"], r["k"]) == shape}):
             here = [
                 r

@@ -98,3 +98,35 @@ TRAINING_SHAPES = [
     (224, 16384, 5120),
     (320, 6144, 12288),
 ]
+
+# The batch model's training grid (``helion_ops.model.shipped_batch_model``): forwards of a
+# serving batch, 64 to 704 rows against the weights of LLMs (Llama 2 and 3, Qwen2, Gemma,
+# Phi-3, Mixtral, Falcon, MoE experts) at batch sizes of no other set. ``tune --training``
+# times only their forwards here (``--layout rr``).
+BATCH_TRAINING_SHAPES = [
+    (64, 12288, 4096),
+    (88, 4096, 4096),
+    (104, 14336, 4096),
+    (120, 28672, 4096),
+    (136, 8192, 8192),
+    (144, 5120, 13824),
+    (160, 18944, 3584),
+    (176, 8192, 8192),
+    (208, 4096, 11008),
+    (232, 3072, 8192),
+    (240, 24576, 3072),
+    (272, 3584, 3584),
+    (300, 4096, 4096),
+    (336, 2048, 8192),
+    (352, 15360, 5120),
+    (400, 1408, 2048),
+    (416, 9216, 3072),
+    (480, 2048, 5632),
+    (544, 4096, 2048),
+    (608, 1024, 2048),
+    (704, 1536, 8960),
+    (72, 10240, 8192),
+    (256, 28672, 8192),
+    (464, 4544, 18176),
+    (640, 5120, 13824),
+]

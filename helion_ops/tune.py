@@ -71,8 +71,11 @@ from helion_ops.kernel import (
     wants_split_k,
 )
 from helion_ops.model import (
+    BATCH_CANDIDATES,
     MODEL_CANDIDATES,
     PAIR_WAVES,
+    Product,
+    batch_product,
     output_tiles,
     pair_of,
     second_of_pair,
@@ -270,8 +273,9 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
 
 
 def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion.Config]:
-    """What ``--training`` times on a key: Helion's default and the model's candidates; for
-    a backward's pair, each candidate in the pair kernel (``model.pair_of``) where both
+    """What ``--training`` times on a key: Helion's default and the model's candidates (a
+    serving batch's forward: the batch model's, ``model.batch_product``); for a backward's
+    pair, each candidate in the pair kernel (``model.pair_of``) where both
     products' tiles make at most ``PAIR_WAVES`` waves (``Model.pair``'s own limit)."""
     m, n, k, _, layout, _ = key
     if len(layout) == 4:
@@ -281,7 +285,9 @@ def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion
             for c in MODEL_CANDIDATES
             if output_tiles(c, m, n) + output_tiles(c, *second[:2]) <= PAIR_WAVES * sms
         ]
-    return [candidates_of_key(key, dtype)[0], *MODEL_CANDIDATES]
+    product = Product(m, n, k, layout, True, sms)  # (only its rows and layout are read)
+    chosen_from = BATCH_CANDIDATES if batch_product(product) else MODEL_CANDIDATES
+    return [candidates_of_key(key, dtype)[0], *chosen_from]
 
 
 def compile_jobs(key: tuple, dtype: torch.dtype, candidates: list):

@@ -126,11 +126,12 @@ MODEL_SHAPES = [(1000, 776, 520), (1001, 777, 517)]  # K loops of 9 steps: deepe
 
 @pytest.mark.parametrize("layout", ["rr", "rc", "cr"])
 @pytest.mark.parametrize("m,n,k", MODEL_SHAPES, ids=str)
-@pytest.mark.parametrize("index", range(len(model.MODEL_CANDIDATES)))
+@pytest.mark.parametrize("index", range(len(model.BATCH_CANDIDATES)))
 def test_every_model_candidate_is_correct(index, m, n, k, layout):
+    """The model's candidates and the batch model's own (``BATCH_CANDIDATES`` holds both)."""
     from reference import assert_matches
 
-    candidate = model.MODEL_CANDIDATES[index]
+    candidate = model.BATCH_CANDIDATES[index]
     a = make((m, k), torch.bfloat16, transposed=layout[0] == "c").detach()
     b = make((k, n), torch.bfloat16, transposed=layout[1] == "c").detach()
     bias = make((m, n), torch.bfloat16).detach()
@@ -189,6 +190,21 @@ def test_a_flattened_choice_runs_as_deep_as_shared_memory_allows_but_not_transpo
     x, y = b.T, a.T  # x @ y on the transposed kernel: y.T @ x.T, the same product a @ b
     bound = kernel.transposed_kernel.bind((x, y, kernel.scaled(1.0)))
     assert configs.choose_config(bound, x, y).config == {**plain.config, "num_stages": 4}
+
+
+@pytest.mark.parametrize("layout", ["rr", "rc", "cr"])
+def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
+    """176x8192x8192 (no entry): the batch model chooses for operands row-major ('rr'), the
+    shipped model for the others; the product matches float64 either way."""
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
+    a = make((176, 8192), torch.bfloat16, transposed=layout[0] == "c").detach()
+    b = make((8192, 8192), torch.bfloat16, transposed=layout[1] == "c").detach()
+    chosen = configs.choose_config(kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0))), a, b)
+    product = configs.model_product(a, b)
+    chooser = model.shipped_batch_model if layout == "rr" else model.shipped_model
+    assert chosen == configs.deepened(chooser("sm90").choose(product), 2, 8192)
+    assert_matches(layout, helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
 
 
 @pytest.fixture

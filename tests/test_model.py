@@ -28,9 +28,11 @@ THIN_DRAW_CSV = SHAPE_SETS / "thin_draw.csv"
 # 2026-12-03 (results README: "a held-out draw of serving batches").
 BATCH_DRAW_CSV = SHAPE_SETS / "batch_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
-TRAINING_RECORDS = (
-    SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit" / "training.jsonl.gz"
-)
+MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
+TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
+# The batch model's (results README: "the batch model's fit").
+BATCH_RECORDS = MODEL_FIT / "batch_training.jsonl.gz"
+FIT_SHAPES = [*shapes.TRAINING_SHAPES, *shapes.BATCH_TRAINING_SHAPES]
 
 
 def products(m: int, n: int, k: int) -> set[tuple[int, int, int]]:
@@ -57,7 +59,7 @@ def validation_shapes(path: Path = VALIDATION_CSV) -> list[tuple[int, int, int]]
 def test_validation_shapes_were_never_fit_or_tuned(path, least):
     """No product of a held-out shape is a product of a training shape or a table key, and
     a later draw repeats no shape of an earlier set."""
-    fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
+    fitted = set().union(*(products(*s) for s in FIT_SHAPES))
     table = json.loads((TUNED / "sm90.json").read_text())
     tuned = {(e["m"], e["n"], e["k"]) for e in table["entries"]}
     held_out = validation_shapes(path)
@@ -76,23 +78,40 @@ def test_the_check_above_can_fail():
     assert products(1024, 4096, 1024) & fitted  # its backward's (1024, 1024, 4096) too
 
 
-def training_records() -> list[dict]:
-    """The timings the shipped model was fit to (results README: "the wave model's fit")."""
-    with gzip.open(TRAINING_RECORDS, "rt") as f:
+def read_records(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def test_every_timing_fit_is_of_a_training_shape():
-    """The check above holds for what the model was fit to: every record's product is a
-    product of a TRAINING_SHAPE."""
-    fitted = set().union(*(products(*s) for s in shapes.TRAINING_SHAPES))
-    timed = {(r["m"], r["n"], r["k"]) for r in training_records()}
+def training_records() -> list[dict]:
+    """The timings the shipped model was fit to (results README: "the wave model's fit")."""
+    return read_records(TRAINING_RECORDS)
+
+
+@pytest.mark.parametrize(
+    "path,grid",
+    [(TRAINING_RECORDS, shapes.TRAINING_SHAPES), (BATCH_RECORDS, shapes.BATCH_TRAINING_SHAPES)],
+    ids=["model", "batch"],
+)
+def test_every_timing_fit_is_of_a_training_shape(path, grid):
+    """The check above holds for what the models were fit to: every record's product is a
+    product of their training shapes."""
+    fitted = set().union(*(products(*s) for s in grid))
+    timed = {(r["m"], r["n"], r["k"]) for r in read_records(path)}
     assert timed - fitted == set()
 
 
-def test_the_shipped_model_is_the_fit_of_its_records():
-    shipped = json.loads((TUNED / "sm90_model.json").read_text())
-    refit = model.fit(training_records()).to_json()
+@pytest.mark.parametrize(
+    "name,path,candidates",
+    [
+        ("sm90_model.json", TRAINING_RECORDS, model.MODEL_CANDIDATES),
+        ("sm90_batch_model.json", BATCH_RECORDS, model.BATCH_CANDIDATES),
+    ],
+    ids=["model", "batch"],
+)
+def test_the_shipped_model_is_the_fit_of_its_records(name, path, candidates):
+    shipped = json.loads((TUNED / name).read_text())
+    refit = model.fit(read_records(path), candidates).to_json()
     assert len(refit["candidates"]) == len(shipped["candidates"])
     for ours, theirs in zip(refit["candidates"], shipped["candidates"], strict=True):
         assert ours["config"] == theirs["config"]
@@ -101,6 +120,31 @@ def test_the_shipped_model_is_the_fit_of_its_records():
             assert values == pytest.approx(theirs["params"][layout], rel=1e-6, abs=1e-12)
         assert ours["unaligned"] == pytest.approx(theirs["unaligned"], rel=1e-6)
         assert ours["off_lines"] == pytest.approx(theirs["off_lines"], rel=1e-6)
+
+
+def test_a_serving_batchs_forwards_are_the_batch_models():
+    """64 to 704 rows, operands row-major and 16-byte aligned; there the batch model chooses
+    its own candidate where its records say so."""
+    assert model.batch_product(product(64, 4096, 4096))
+    assert model.batch_product(product(704, 4096, 4096))
+    assert not model.batch_product(product(63, 4096, 4096))
+    assert not model.batch_product(product(705, 4096, 4096))
+    assert not model.batch_product(product(176, 8192, 8192, "rc"))
+    assert not model.batch_product(product(176, 8192, 8192, aligned=False))
+    batch = model.shipped_batch_model("sm90")
+    assert batch.candidates == model.BATCH_CANDIDATES
+    assert all("rr" in p for p in batch.params)
+    wide = model.BATCH_CANDIDATES[-1]
+    assert batch.choose(product(176, 8192, 8192)) == wide  # 51.9 us against 79.0 (call 262)
+    assert model.shipped_model("sm90").choose(product(176, 8192, 8192)) != wide
+
+
+def test_training_times_the_batch_candidates_on_a_serving_batchs_forward(monkeypatch):
+    monkeypatch.setattr(tune, "candidates_of_key", lambda key, dtype: ["default"])
+    batch = (176, 8192, 8192, "bfloat16", "rr", "plain")
+    assert tune.training_candidates(batch, None, SMS) == ["default", *model.BATCH_CANDIDATES]
+    tall = (8192, 176, 8192, "bfloat16", "rr", "plain")
+    assert tune.training_candidates(tall, None, SMS) == ["default", *model.MODEL_CANDIDATES]
 
 
 SMS = 132
