@@ -24,7 +24,8 @@ keys already in it are skipped, so a run cut short resumes where it stopped (``-
 re-measures them). By default it is the user's own table, which the runtime reads over the
 shipped one: tune the shapes of your own model once. ``--training RECORDS`` instead times the wave
 model's candidates on its training grid, or on the ``--shape`` shapes (``helion_ops.model``),
-and each of them in the pair kernel on the backwards the model may run in one launch.
+and each of them in the pair kernel on the backwards the model may run in one launch;
+``--training RECORDS --batch`` the batch model's candidates on its grid's forwards.
 ``--pairs`` keeps only the keys of backwards' pairs.
 """
 
@@ -80,7 +81,7 @@ from helion_ops.model import (
     pair_of,
     second_of_pair,
 )
-from helion_ops.shapes import ADDMM_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
+from helion_ops.shapes import ADDMM_SHAPES, BATCH_TRAINING_SHAPES, GEMM_SHAPES, TRAINING_SHAPES
 
 
 def candidates_for(
@@ -445,10 +446,14 @@ def parse_layouts(text: str) -> list[str]:
 
 
 def selected_keys(args: argparse.Namespace) -> list[tuple]:
-    """The keys the flags select: the training grid's (``--training``) or the table's, of
-    the ``--shape`` shapes or the standard sets, narrowed by ``--pairs`` and ``--layout``."""
+    """The keys the flags select: the training grid's (``--training``; with ``--batch``, the
+    batch model's: its shapes' forwards) or the table's, of the ``--shape`` shapes or the
+    standard sets, narrowed by ``--pairs`` and ``--layout``."""
     if args.training:
-        selected = training_keys(args.dtype, args.shape)
+        grid = args.shape or (BATCH_TRAINING_SHAPES if args.batch else None)
+        selected = training_keys(args.dtype, grid)
+        if args.batch:
+            selected = [key for key in selected if key[4] == "rr"]
     else:
         selected = keys_of(args.only, args.shape, args.dtype, args.epilogue)
     if args.pairs:
@@ -485,6 +490,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "into RECORDS (JSON lines; fit with python -m helion_ops.model RECORDS); writes no table",
     )
     parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="with --training: the batch model's grid, its shapes' forwards (fit with python "
+        "-m helion_ops.model RECORDS --batch)",
+    )
+    parser.add_argument(
         "--pairs",
         action="store_true",
         help="only the keys of backwards' pairs (both products in one launch)",
@@ -511,7 +522,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="worker processes that compile candidates ahead of timing, over all GPUs "
         "(1: compile while timing)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.batch and not args.training:
+        parser.error("--batch selects the batch model's training grid: give --training too")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,6 +142,19 @@ def test_a_serving_batchs_forwards_are_the_batch_models():
     assert model.shipped_model("sm90").choose(product(176, 8192, 8192)) != wide
 
 
+def test_tune_batch_flag_selects_the_batch_models_grid(capsys):
+    """``--training --batch``: the forwards of BATCH_TRAINING_SHAPES (the records of its
+    fit); without ``--training`` the flag is an error."""
+    selected = tune.selected_keys(tune.parse_args(["--training", "x.jsonl", "--batch"]))
+    assert [key[:3] for key in selected] == shapes.BATCH_TRAINING_SHAPES
+    assert {key[4] for key in selected} == {"rr"}
+    timed = {(r["m"], r["n"], r["k"]) for r in read_records(BATCH_RECORDS)}
+    assert timed == set(shapes.BATCH_TRAINING_SHAPES)
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--batch"])
+    assert "give --training too" in capsys.readouterr().err
+
+
 def test_training_times_the_batch_candidates_on_a_serving_batchs_forward(monkeypatch):
     monkeypatch.setattr(tune, "candidates_of_key", lambda key, dtype: ["default"])
     batch = (176, 8192, 8192, "bfloat16", "rr", "plain")
