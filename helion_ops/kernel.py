@@ -6,8 +6,8 @@ output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
 and the bias cost no extra pass over the output. Scalars and tensors an epilogue captures
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta but 1, whose
 epilogues leave their multiplies out (``scaled``): a specialization, and a fast-path key, of
-their own. Products with few output tiles and a long K, batches' of one row tile and a long
-K (``configs.long_k_batch``), and thin ones (``configs.thin``) whose K loads element by
+their own. Products with few output tiles and a long K, serving batches' of few tiles and a
+long K (``configs.long_k_batch``), and thin ones (``configs.thin``) whose K loads element by
 element, go to ``split_k_kernel`` instead (``wants_split_k``, where
 its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
 the bias and cast; other products of a few rows run narrow tiles (``configs.few_rows``).
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import helion
 import helion.language as hl
 import torch
-from helion.autotuner import PowerOfTwoFragment
+from helion.autotuner import IntegerFragment, PowerOfTwoFragment
 from helion.runtime import set_triton_allocator
 from helion.runtime.settings import RefMode
 from triton import set_allocator
@@ -52,6 +52,7 @@ from triton.runtime.errors import OutOfResources
 from helion_ops import native
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
+    few_tiles_long_k,
     k_masks_vectorize,
     last_wave_split,
     long_k_batch,
@@ -120,8 +121,10 @@ def _matmul_split_k(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     m, k = x.size()
     _, n = y.size()
     out = torch.zeros([m, n], dtype=torch.float32, device=x.device)
-    split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 16))
-    k_block = helion.next_power_of_2(helion.cdiv(k, split_k))
+    # K in at most split_k pieces of whole K steps of 64 (``model.split_k_block``), the last
+    # no longer than the others, whatever K is.
+    split_k = hl.register_tunable("split_k", IntegerFragment(1, 256, 16))
+    k_block = helion.cdiv(helion.cdiv(k, split_k), 64) * 64
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_block]):
         acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
         for inner_k in hl.tile(outer_k.begin, outer_k.end):
@@ -472,15 +475,10 @@ def _kernel_for(dtype: torch.dtype, split_k: bool = False, pair: bool = False) -
     return matmul_kernel_tf32 if tf32 else matmul_kernel
 
 
-def few_tiles_long_k(m: int, n: int, k: int) -> bool:
-    """At most 1024 output tiles of 64x64 and K at least 8x M and N."""
-    return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
-
-
 def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` splits over K wherever K loads in
     vectors: few output tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a
-    batch's product of long K (``configs.long_k_batch``)."""
+    serving batch's product of few tiles and a long K (``configs.long_k_batch``)."""
     return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and long_k_batch(m, n, k))
 
 
@@ -748,7 +746,7 @@ def launch_addmm(
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
     # config, and split_k is one.) A long-K product (``long_k_product``: few tiles, or a
-    # batch's of long K, NOTES 116) splits where K loads in vectors; a
+    # serving batch's, NOTES 116 and 118) splits where K loads in vectors; a
     # thin one where it does not (its plain kernel then loads element by element and is
     # slower still, NOTES 112) or where its narrow tiles do not pay (too little of the weight
     # in flight, or a long K: ``configs.narrow_tiles_pay``), else, outside the few-tiles

@@ -196,9 +196,24 @@ def busiest_sm(tiles: Sequence[tuple[int, float]], sms: int, pid_type: str) -> f
 
 
 def k_block(k: int, split: int) -> int:
-    """The K block of the split-K loops (``_matmul_split_k``, ``_matmul_last_wave``) for a
-    ``split_k`` of ``split``, computed as they compute it."""
+    """The K block of the last-wave split's tail (``_matmul_last_wave``) for a ``split_k`` of
+    ``split``, computed as it computes it: a power of two (``split_k_block`` for the split-K
+    kernel's)."""
     return helion.next_power_of_2(helion.cdiv(k, split))
+
+
+def split_k_block(k: int, split: int) -> int:
+    """The K block of the split-K kernel (``_matmul_split_k``) for a ``split_k`` of ``split``,
+    computed as it computes it: K over ``split`` rounded up to whole K steps of 64, so at most
+    ``split`` pieces, the last no longer than the others."""
+    return helion.cdiv(helion.cdiv(k, split), 64) * 64
+
+
+def power_of_two_pieces(k: int, split: int) -> int:
+    """How many pieces the split-K kernel cut K in for a ``split_k`` of ``split`` when its K
+    blocks were powers of two (``k_block``): the split rules' costs are those of such blocks,
+    as they were measured, and their ``split_k`` is this count, now of equal pieces."""
+    return math.ceil(k / k_block(k, split))
 
 
 def split_of(k: int, block: int) -> int:

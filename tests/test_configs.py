@@ -143,15 +143,17 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (16, 4096, 14339, True),  # thin, K off 16 bytes: loaded element by element
         (64, 8192, 4099, True),
         (16, 8200, 8195, False),  # N of more tiles than measured
-        (65, 4096, 8191, False),  # more rows than a thin product's, K short of twice N
-        (65, 4096, 8195, True),  # a batch's of long K (split where K loads in vectors)
+        (65, 4096, 8191, True),  # a serving batch's of few tiles (split where K loads in vectors)
+        (65, 4096, 8195, True),
         (16, 14336, 4099, False),  # N of 112 tiles
         (16, 4096, 2043, False),  # K shorter than measured
         (24, 2048, 8192, True),  # thin, too few narrow tiles to stream the weight
-        (96, 4096, 11008, True),  # a batch's product of long K: one row tile, K >= 2N
-        (128, 2048, 4096, True),
-        (129, 4096, 14336, False),  # two row tiles: bound by compute
-        (96, 4096, 8190, False),  # K short of twice N
+        (96, 4096, 11008, True),  # a serving batch's: 16 tiles of 128x256, K of THIN_K or more
+        (128, 2048, 4096, False),  # K of THIN_K: too short for the split's extra passes
+        (129, 4096, 14336, True),
+        (704, 1536, 8960, True),  # 36 tiles
+        (300, 4096, 8192, False),  # 48 tiles: past a third of a wave
+        (705, 1536, 8960, False),  # more rows than the batch model's
         (96, 1024, 2048, False),  # K short of THIN_K
     ],
 )

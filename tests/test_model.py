@@ -143,10 +143,12 @@ def test_a_serving_batchs_forwards_are_the_batch_models():
 
 
 def test_tune_batch_flag_selects_the_batch_models_grid(capsys):
-    """``--training --batch``: the forwards of BATCH_TRAINING_SHAPES (the records of its
-    fit); without ``--training`` the flag is an error."""
+    """``--training --batch``: the forwards of BATCH_TRAINING_SHAPES that the model chooses
+    for (the others split over K: ``configs.long_k_batch``); its records, timed before that
+    class took seven, hold all of them. Without ``--training`` the flag is an error."""
     selected = tune.selected_keys(tune.parse_args(["--training", "x.jsonl", "--batch"]))
-    assert [key[:3] for key in selected] == shapes.BATCH_TRAINING_SHAPES
+    modelled = [s for s in shapes.BATCH_TRAINING_SHAPES if not configs.long_k_batch(*s)]
+    assert [key[:3] for key in selected] == modelled and len(modelled) == 18
     assert {key[4] for key in selected} == {"rr"}
     timed = {(r["m"], r["n"], r["k"]) for r in read_records(BATCH_RECORDS)}
     assert timed == set(shapes.BATCH_TRAINING_SHAPES)
@@ -369,17 +371,19 @@ def test_tma_only_chooses_among_tensor_descriptor_candidates():
         assert chosen.config["indexing"] == "tensor_descriptor"
 
 
+# Splits are K's pieces (``model.power_of_two_pieces``): the table's 8 ways of these K were 5
+# power-of-two blocks, 64 ways of 1e6 were 62.
 @pytest.mark.parametrize(
     "m,n,k,tile,split",
     [
-        (1536, 512, 20120, (128, 256), 8),  # the table's tuned tile and split for these keys
-        (256, 768, 1000000, (128, 256), 64),  # likewise
-        (4096, 768, 50257, (128, 256), 16),  # 96 tiles: 2 ways would make 2 rounds of half K
-        (128, 128, 9000, (128, 128), 64),  # one tile: as many ways as the rule allows
+        (1536, 512, 20120, (128, 256), 5),  # the table's tuned tile and split for these keys
+        (256, 768, 1000000, (128, 256), 62),  # likewise
+        (4096, 768, 50257, (128, 256), 13),  # 96 tiles: 2 pieces would make 2 rounds of half K
+        (128, 128, 9000, (128, 128), 36),  # one tile: as many pieces as the rule allows
         # Measured on the H200 (call 141, NOTES 84): 128x128 tiles 1.2-1.3x faster than the
         # 128x256 tiles of the rule before, at these splits.
-        (256, 512, 12288, (128, 128), 16),
-        (256, 384, 24576, (128, 128), 16),
+        (256, 512, 12288, (128, 128), 12),
+        (256, 384, 24576, (128, 128), 12),
         (256, 1024, 8192, (128, 128), 8),
     ],
 )
@@ -392,13 +396,13 @@ def test_split_rule_takes_the_tile_and_split_of_least_wave_cost(m, n, k, tile, s
 # of it there; 48x5120x5120 cuts K in 5 pieces of 1024 (200 programs), 4x768x50257 in 50.
 @pytest.mark.parametrize(
     "m,n,k,split",
-    [(1, 4096, 4096, 8), (16, 4096, 14336, 8), (32, 6144, 4096, 4), (48, 5120, 5120, 8),
-     (4, 768, 50257, 64)],
+    [(1, 4096, 4096, 8), (16, 4096, 14336, 7), (32, 6144, 4096, 4), (48, 5120, 5120, 5),
+     (4, 768, 50257, 50)],
 )  # fmt: skip
 def test_split_rule_cuts_thin_products_into_two_programs_an_sm(m, n, k, split):
     config = configs.split_rule(m, n, k, SMS).config
     assert (config["block_sizes"], config["split_k"]) == ([64, 128, 64], split)
-    programs = math.ceil(n / 128) * math.ceil(k / model.k_block(k, split))
+    programs = math.ceil(n / 128) * math.ceil(k / model.split_k_block(k, split))
     assert 2 * SMS / 1.5 < programs < 2 * SMS * 1.5
 
 
@@ -514,6 +518,60 @@ def test_tune_pairs_flag_keeps_the_pairs_only(capsys):
 
 def test_warmup_reads_tritonbench_shape_files():
     assert warmup.read_shapes(VALIDATION_CSV) == validation_shapes()
+
+
+@pytest.mark.parametrize("k", [4096, 5632, 8192, 11008, 14339, 18944, 20120, 1000000])
+@pytest.mark.parametrize("split", [1, 2, 3, 4, 5, 7, 8, 62])
+def test_the_split_k_kernel_cuts_k_in_equal_pieces(k, split):
+    """At most ``split_k`` pieces of whole K steps of 64, the last no longer than the others
+    (the power-of-two blocks before left a short last piece: 18944 in 8192, 8192, 2560);
+    ``split_k`` of them where the rounding to 64 adds less than a block."""
+    block = model.split_k_block(k, split)
+    pieces = math.ceil(k / block)
+    assert block % 64 == 0 and block - 64 < math.ceil(k / split) <= block
+    assert 0 < k - (pieces - 1) * block <= block and pieces <= split
+    if k >= 64 * split * split:
+        assert pieces == split
+
+
+def test_the_split_rules_keep_their_power_of_two_piece_counts():
+    """The rules cost power-of-two blocks, as they were measured, and ask for as many pieces:
+    the table's 8 ways of K = 20120 were 5 blocks of 4096, 64 ways of 1e6 were 62."""
+    assert model.power_of_two_pieces(20120, 8) == 5
+    assert model.power_of_two_pieces(1000000, 64) == 62
+    assert model.power_of_two_pieces(8192, 4) == 4
+    assert configs.split_rule(1536, 512, 20120, SMS).config["split_k"] == 5
+
+
+# The batch training shapes of the split class and the split that call 266 timed fastest
+# (or, for 144x5120x13824 and 704x1536x8960, the fastest of ``SPLIT_TILES``' tiles).
+@pytest.mark.parametrize(
+    "m,n,k,tile,split",
+    [
+        (72, 10240, 8192, (128, 256), 3),
+        (208, 4096, 11008, (128, 256), 4),
+        (232, 3072, 8192, (128, 256), 5),
+        (336, 2048, 8192, (128, 256), 5),
+        (480, 2048, 5632, (128, 128), 2),
+        (144, 5120, 13824, (128, 256), 3),
+        (704, 1536, 8960, (128, 256), 3),
+    ],
+)
+def test_a_serving_batchs_split_is_of_least_wave_cost_in_equal_pieces(m, n, k, tile, split):
+    assert configs.long_k_batch(m, n, k)
+    config = configs.split_rule(m, n, k, SMS).config
+    assert (tuple(config["block_sizes"][:2]), config["split_k"]) == (tile, split)
+    tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    assert tiles * split <= SMS  # one wave
+
+
+def test_few_tiles_of_a_long_k_keep_the_power_of_two_rule():
+    """A product of both split classes (the backward's grad_out @ b.T of 240x24576x3072)
+    keeps the rule it was measured with: 12 pieces, where ``batch_split`` would cut 5."""
+    m, n, k = 240, 3072, 24576
+    assert configs.long_k_batch(m, n, k) and configs.few_tiles_long_k(m, n, k)
+    assert configs.split_rule(m, n, k, SMS).config["split_k"] == 12
+    assert configs.batch_split(m, n, k, SMS).config["split_k"] == 5
 
 
 def test_tail_split_cuts_k_until_the_tail_fills_the_sms():

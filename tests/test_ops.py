@@ -659,10 +659,10 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
 
 
 def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
-    """A product of one row tile past the thin class whose K is at least twice N
-    (``configs.long_k_batch``; 72x576x4096 in fp16) runs the split-K kernel, its backward's
-    products the plain one; under torch's determinism switch the plain kernel (NOTES 116)."""
-    m, k, n = 72, 4096, 576
+    """A serving batch's product of few tiles and K past THIN_K (``configs.long_k_batch``;
+    72x1024x4608 in fp16) runs the split-K kernel, its backward's products the plain one;
+    under torch's determinism switch the plain kernel (NOTES 116, 118)."""
+    m, k, n = 72, 4608, 1024
     assert configs.long_k_batch(m, n, k) and not configs.thin(m, n, k)
     assert not kernel.few_tiles_long_k(m, n, k)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
