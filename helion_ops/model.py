@@ -89,8 +89,8 @@ MODEL_CANDIDATES = [
 # tiles of one warpgroup (4 warps), the widest wgmma of 64 rows. On the 25 training shapes of
 # 64-704 rows (H200, bf16, call 262) those were the fastest of 18 configs on 8 (NOTES 117).
 BATCH_CANDIDATES = [*MODEL_CANDIDATES, config(64, 256, 64, 4, 4, "flat", "pointer")]
-# The rows of a serving batch's forward: those of its training shapes. (``configs.BATCH_ROWS``,
-# one row tile, bounds the batches that split over K instead.)
+# The rows of a serving batch's forward: those of its training shapes. (Those of few tiles and
+# a long K split over K instead: ``configs.long_k_batch``.)
 BATCH_MODEL_ROWS = range(64, 705)
 
 
