@@ -258,7 +258,9 @@ def _compile_into_cache(job: tuple) -> None:
 
 def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     """What the key gets without an entry (Helion's default; a pair's ``model_pair`` or
-    ``pair_rule``), then ``candidates_for`` (a pair's ``PAIR_CANDIDATES``)."""
+    ``pair_rule``), then ``candidates_for`` (a pair's ``PAIR_CANDIDATES``). A split-K key in
+    fp16 or bf16 also times ``configs.split_rule``'s config on the GPU, which the runtime gives
+    it without an entry: an entry is never slower than the rule."""
     m, n, k, _, layout, epilogue = key
     if len(layout) == 4:
         second = second_of_pair(m, n, k, layout)
@@ -270,7 +272,11 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
             first = configs.model_pair(*args[:4], eager=True) or first
         return [first, *more]
     bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
-    return [bound.config_spec.default_config(), *candidates_for(m, n, k, dtype, epilogue)]
+    more = candidates_for(m, n, k, dtype, epilogue)
+    if wants_split_k(m, n, k, dtype) and dtype != torch.float32 and torch.cuda.is_available():
+        rule = configs.split_rule(m, n, k, configs.sm_count(torch.device("cuda")))
+        more = [rule, *(c for c in more if c != rule)]
+    return [bound.config_spec.default_config(), *more]
 
 
 def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion.Config]:

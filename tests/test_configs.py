@@ -671,6 +671,32 @@ def test_tune_starts_a_pair_with_its_rule():
     ]
 
 
+def test_tune_times_the_split_rules_config_on_a_split_key(monkeypatch):
+    """A serving batch's split-K key (200x3584x18944: 4 pieces of 128x256, which the tuner's
+    own candidates, 8 to 64 pieces, lack): the rule's config right after Helion's default."""
+
+    class Bound:
+        class config_spec:
+            default_config = staticmethod(lambda: "default")
+
+    monkeypatch.setattr(tune, "_bound", lambda *args, **kwargs: (Bound, None, None))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    key = (200, 3584, 18944, "bfloat16", "rr", "plain")
+    rule = configs.split_rule(200, 3584, 18944, 132)
+    assert rule not in candidates.SPLIT_CANDIDATES
+    assert tune.candidates_of_key(key, torch.bfloat16) == [
+        "default",
+        rule,
+        *candidates.SPLIT_CANDIDATES,
+    ]
+    # 512x512x1e6: the rule's 128x256 tiles in 16 pieces are one of them, timed once.
+    rule = configs.split_rule(512, 512, 1000000, 132)
+    timed = tune.candidates_of_key((512, 512, 1000000, "bfloat16", "cr", "plain"), torch.bfloat16)
+    assert timed[1] == rule and timed[2:].count(rule) == 0
+    assert len(timed) == 1 + len(candidates.SPLIT_CANDIDATES)
+
+
 def test_tune_compile_jobs_cover_every_candidate_once():
     some = candidates.SMALL_CANDIDATES[:5]
     key = (512, 512, 512, "bfloat16", "rc", "plain")
