@@ -16,8 +16,14 @@ from pathlib import Path
 import helion
 import torch
 
+from helion_ops.model import power_of_two_pieces
+
 # A table of the user's own (JSON, the shipped table's format) read over the shipped one.
 TABLE_ENV = "HELION_OPS_TABLE"
+# A split-K entry's ``split_k`` counts the pieces its kernel cuts K in (equal ones, NOTES 118).
+# Files written before said how many ways to cut K in blocks of a power of two; they carry no
+# ``"split_k": "pieces"`` and their entries are read as the pieces they ran (``entries_of``).
+SPLIT_K_FORMAT = "pieces"
 
 
 def operand_layout(t: torch.Tensor) -> str:
@@ -83,11 +89,26 @@ def user_table_path(arch: str) -> Path:
     return Path(cache) / "helion_ops" / f"{arch}.json"
 
 
+def entries_of(data: dict) -> list[dict]:
+    """A table file's entries (its parsed JSON), each split-K entry's ``split_k`` the pieces it
+    runs in: a file without ``"split_k": "pieces"`` (``SPLIT_K_FORMAT``) counts power-of-two
+    blocks, converted by ``model.power_of_two_pieces``."""
+    if data.get("split_k") == SPLIT_K_FORMAT:
+        return data["entries"]
+    return [_as_pieces(e) if "split_k" in e["config"] else e for e in data["entries"]]
+
+
+def _as_pieces(entry: dict) -> dict:
+    pieces = power_of_two_pieces(entry["k"], entry["config"]["split_k"])
+    return {**entry, "config": {**entry["config"], "split_k": pieces}}
+
+
 def read_entries(text: str) -> dict[TableKey, helion.Config]:
-    """A table file's entries by key. A plain entry is made ``portable``; a bias entry is
-    measured with the bias load and keeps its per-memory-op lists (x, y, bias, output)."""
+    """A table file's entries by key (``entries_of``). A plain entry is made ``portable``; a
+    bias entry is measured with the bias load and keeps its per-memory-op lists (x, y, bias,
+    output)."""
     table = {}
-    for e in json.loads(text)["entries"]:
+    for e in entries_of(json.loads(text)):
         config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
         table[entry_key(e)] = helion.Config(**config)
     return table

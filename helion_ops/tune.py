@@ -426,6 +426,7 @@ def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
         },
         "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
+        "split_k": table.SPLIT_K_FORMAT,
         "entries": sorted(
             entries.values(),
             key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["epilogue"], e["dtype"]),
@@ -551,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     arch = table.gpu_arch(torch.device("cuda"))
     output = args.output or table.user_table_path(arch)
     written = json.loads(output.read_text()) if output.is_file() else {"entries": []}
-    entries = {table.entry_key(e): e for e in written["entries"]}
+    entries = {table.entry_key(e): e for e in table.entries_of(written)}
     keys = [k for k in selected if args.training or args.force or k not in entries]
     if not keys:
         print(f"All {len(selected)} selected keys are in {output} already (--force re-measures)")

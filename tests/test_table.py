@@ -89,3 +89,40 @@ def test_user_table_path_defaults_to_the_cache_folder(monkeypatch, tmp_path):
     assert table.user_table_path("sm90") == tmp_path / "helion_ops" / "sm90.json"
     monkeypatch.setenv(table.TABLE_ENV, "/x/y.json")
     assert table.user_table_path("sm90") == Path("/x/y.json")
+
+
+def test_a_split_entry_of_an_older_table_runs_the_pieces_it_was_measured_with():
+    """Older tables (no ``"split_k": "pieces"``) counted K's power-of-two blocks: 8 ways of
+    K = 20120 were 5 blocks of 4096, now 5 equal pieces. Newer ones count pieces; the
+    shipped table is one."""
+    entry = {
+        "m": 1536,
+        "n": 512,
+        "k": 20120,
+        "dtype": "bfloat16",
+        "layout": "cr",
+        "epilogue": "plain",
+        "config": {"block_sizes": [128, 256, 64], "num_warps": 8, "num_stages": 3, "split_k": 8},
+    }
+    key = table.entry_key(entry)
+    older = json.dumps({"entries": [entry]})
+    assert table.read_entries(older)[key].config["split_k"] == 5
+    newer = json.dumps({"split_k": table.SPLIT_K_FORMAT, "entries": [entry]})
+    assert table.read_entries(newer)[key].config["split_k"] == 8
+    plain = {**entry, "config": dict(SMALL)}
+    assert table.entries_of({"entries": [plain]}) == [plain]
+    shipped = json.loads((Path(table.__file__).parent / "tuned" / "sm90.json").read_text())
+    assert shipped["split_k"] == table.SPLIT_K_FORMAT
+
+
+def test_the_tuner_writes_tables_of_pieces(tmp_path, monkeypatch):
+    from helion_ops import tune
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "GPU")
+    entry = {"m": 8, "n": 8, "k": 8192, "dtype": "bfloat16", "layout": "rr", "epilogue": "plain"}
+    entry["config"] = {"block_sizes": [64, 64, 64], "split_k": 3}
+    path = tmp_path / "sm90.json"
+    tune.write_table(path, {table.entry_key(entry): entry}, "sm90", "python -m helion_ops.tune")
+    written = json.loads(path.read_text())
+    assert written["split_k"] == table.SPLIT_K_FORMAT
+    assert table.entries_of(written) == [entry]
