@@ -45,6 +45,7 @@ from helion.runtime.settings import default_autotuner_fn
 from helion_ops.candidates import SMALL_OUTPUT, flattened, split_config
 from helion_ops.candidates import config as plain_config
 from helion_ops.model import (
+    BATCH_MODEL_ROWS,
     LINE_BYTES,
     TRANSPOSED_PLAIN,
     Product,
@@ -449,7 +450,7 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
 # fp32 sums): on the held-out batch draw (call 267) 128x6144x4096 0.83 -> 0.62, 96x11008x4096
 # 0.84 -> 0.74, 80x4096x4096 1.04 -> 1.00, where the one such training shape had gained
 # (88x4096x4096 0.79 -> 0.85): that bound was set on the draw, which no longer holds it out.
-BATCH_SPLIT_ROWS = range(THIN_ROWS + 1, 705)
+BATCH_SPLIT_ROWS = range(THIN_ROWS + 1, BATCH_MODEL_ROWS.stop)
 BATCH_SPLIT_TILES = 132 // 3  # a third of an H200's SMs
 
 
@@ -585,11 +586,9 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: ``thin_split`` for a thin
     product (whose K loads element by element), else the tile (``SPLIT_TILES``) and split of
-    least wave cost, costed as it was measured: K cut in blocks of a power of two
-    (``k_block``) gives ``tiles * pieces`` programs, run in ``ceil(programs / sms)`` rounds of
-    ``K block / 64`` steps plus the atomic add of the fp32 tile (counted as ``ATOMIC_STEPS``),
-    each step at the tile's cost; its ``split_k`` is that many pieces
-    (``power_of_two_pieces``), which the kernel now cuts equal. On the table's split-K keys
+    least ``wave_cost``, costed as it was measured: K in blocks of a power of two
+    (``k_block``); its ``split_k`` is that many pieces (``power_of_two_pieces``), which the
+    kernel now cuts equal. On the table's split-K keys
     (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their
     tuned tiles and pieces (128x256, 5 and 62), not at 512x512 (128x256 in 16; tuned: 128x128
     in 8); on smaller outputs
@@ -600,36 +599,40 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
         return batch_split(m, n, k, sms)
 
-    def cost(tile: tuple[int, int, int, int, float], split: int) -> tuple[float, int]:
-        bm, bn, _, _, step = tile
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        block = k_block(k, split)
-        programs = tiles * math.ceil(k / block)
-        steps = math.ceil(min(block, k) / 64)
-        return step * math.ceil(programs / sms) * (steps + ATOMIC_STEPS), split
-
-    options = [(cost(tile, 1 << e), tile) for tile in SPLIT_TILES for e in range(7)]
+    options = [
+        ((wave_cost(m, n, k, sms, tile, k_block(k, 1 << e)), 1 << e), tile)
+        for tile in SPLIT_TILES
+        for e in range(7)
+    ]
     (_, split), (bm, bn, stages, warps, _) = min(options, key=lambda option: option[0])
     return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
 
 
+def wave_cost(
+    m: int, n: int, k: int, sms: int, tile: tuple[int, int, int, int, float], block: int
+) -> float:
+    """The split-K kernel's cost with a tile of ``SPLIT_TILES`` and K in blocks of ``block``:
+    its ``tiles * pieces`` programs run in ``ceil(programs / sms)`` rounds of ``block / 64``
+    steps plus the atomic add of the fp32 tile (``ATOMIC_STEPS``), each at the tile's cost."""
+    bm, bn, _, _, step = tile
+    programs = math.ceil(m / bm) * math.ceil(n / bn) * math.ceil(k / block)
+    return step * math.ceil(programs / sms) * (math.ceil(min(block, k) / 64) + ATOMIC_STEPS)
+
+
 def batch_split(m: int, n: int, k: int, sms: int) -> helion.Config:
     """A serving batch's split-K config (``long_k_batch``): the tile (``SPLIT_TILES``) and
-    number of equal pieces (``split_k_block``, 1 to 64) of least wave cost, costed as
-    ``split_rule`` costs its own; on a tie the fewer pieces. On the seven batch training
-    shapes of the class (H200, bf16, call 266, 3-9 splits timed on each) it chose the fastest
-    on five and ran 1.16x the batch model's plain choice in geomean (0.99x to 1.50x); on the
-    other two a 64x256 tile of one warpgroup, not among ``SPLIT_TILES``, ran 9% faster still.
+    number of equal pieces (``split_k_block``, 1 to 64) of least ``wave_cost``; on a tie the
+    fewer pieces. On the seven batch training shapes of the class (H200, bf16, call 266, 3-9
+    splits timed on each) it chose the fastest on five and ran 1.16x the batch model's plain
+    choice in geomean (0.99x to 1.50x); on the other two a 64x256 tile of one warpgroup, not
+    among ``SPLIT_TILES``, ran 9% faster still.
     """
 
-    def cost(tile: tuple[int, int, int, int, float], split: int) -> float:
-        bm, bn, _, _, step = tile
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        block = split_k_block(k, split)
-        programs = tiles * math.ceil(k / block)
-        return step * math.ceil(programs / sms) * (math.ceil(block / 64) + ATOMIC_STEPS)
-
-    options = [(cost(tile, split), split, tile) for tile in SPLIT_TILES for split in range(1, 65)]
+    options = [
+        (wave_cost(m, n, k, sms, tile, split_k_block(k, split)), split, tile)
+        for tile in SPLIT_TILES
+        for split in range(1, 65)
+    ]
     _, split, (bm, bn, stages, warps, _) = min(options, key=lambda option: option[:2])
     return split_config(bm, bn, 64, split, stages, warps=warps)
 
