@@ -620,17 +620,17 @@ def wave_cost(
 
 
 def batch_split(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """A serving batch's split-K config (``long_k_batch``): the tile (``SPLIT_TILES``) and
-    number of equal pieces (``split_k_block``, 1 to 64) of least ``wave_cost``; on a tie the
-    fewer pieces. On the seven batch training shapes of the class (H200, bf16, call 266, 3-9
-    splits timed on each) it chose the fastest on five and ran 1.16x the batch model's plain
-    choice in geomean (0.99x to 1.50x); on the other two a 64x256 tile of one warpgroup, not
-    among ``SPLIT_TILES``, ran 9% faster still.
+    """A serving batch's split-K config (``long_k_batch``): the tile (``BATCH_SPLIT_SHAPES``)
+    and number of equal pieces (``split_k_block``, 1 to 64) of least ``wave_cost``; on a tie
+    the fewer pieces. On the seven batch training shapes of the class (H200, bf16, call 266,
+    3-9 splits timed on each) it chooses the fastest timed split on all seven; with
+    ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256 in 3
+    pieces, 0.91 of 64x256 in 2).
     """
 
     options = [
         (wave_cost(m, n, k, sms, tile, split_k_block(k, split)), split, tile)
-        for tile in SPLIT_TILES
+        for tile in BATCH_SPLIT_SHAPES
         for split in range(1, 65)
     ]
     _, split, (bm, bn, stages, warps, _) = min(options, key=lambda option: option[:2])
@@ -661,6 +661,9 @@ def _key_splits_k(key: tuple, device: torch.device) -> bool:
 # are the wave model's per-step coefficients of the plain kernel's tiles of these shapes
 # (sm90, bf16: 680-713 ns for 128x256, 374-410 for 128x128), relative; on a tie the wider.
 SPLIT_TILES = ((128, 256, 3, 8, 1.8), (128, 128, 4, 4, 1.0))
+# A serving batch's split (``batch_split``) also has 64x256 tiles of one warpgroup: as many
+# MACs a K step as 128x128, so its step cost.
+BATCH_SPLIT_SHAPES = (*SPLIT_TILES, (64, 256, 4, 4, 1.0))
 # What the split-K kernel's atomic add of one fp32 tile costs, in the tile's K steps of 64.
 ATOMIC_STEPS = 8
 

@@ -402,12 +402,15 @@ def test_split_k_without_an_entry_runs_the_split_rule():
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["rr", "rc"])
-def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed):
-    """An MLP's down projection at a decode batch of 96 (``configs.long_k_batch``): split-K
-    on ``configs.split_rule``'s config, b row-major or a transposed view (nn.Linear's)."""
+@pytest.mark.parametrize(
+    "m,k,n,tile", [(96, 11008, 4096, [128, 128]), (160, 5120, 5120, [64, 256])]
+)
+def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, k, n, tile):
+    """An MLP's down projection at a decode batch of 96 and a projection at 160 tokens
+    (``configs.long_k_batch``): split-K on ``configs.split_rule``'s config (the second on
+    64x256 tiles), b row-major or a transposed view (nn.Linear's)."""
     from test_ops import launches
 
-    m, k, n = 96, 11008, 4096
     kernel.reset()
     launched = launches(monkeypatch)
     a = make((m, k), torch.bfloat16)
@@ -416,6 +419,7 @@ def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed):
     sms = configs.sm_count(a.device)
     chosen = configs.choose_config(bound, a, b)
     assert chosen == configs.split_rule(m, n, k, sms) and chosen.config["split_k"] > 1
+    assert chosen.config["block_sizes"][:2] == tile
     check_matmul(a, b)
     assert launched[0] is kernel.split_k_kernel
 
