@@ -441,7 +441,7 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
 # batch, a short prompt, an MoE expert) whose 128x256 tiles would fill at most a third of a
 # wave (an H200's 132 SMs) and whose K is longer than ``THIN_K``: the plain kernel leaves most
 # SMs idle or, on smaller tiles, reads the weight once a row tile; they split over K in equal
-# pieces (``batch_split``). On the 25 batch training shapes (H200, bf16, under CUDA graphs,
+# pieces (``split_rule``). On the 25 batch training shapes (H200, bf16, under CUDA graphs,
 # call 266, NOTES 118) all seven such products ran faster split or within 1% (208x4096x11008
 # 0.82 -> 0.97 of aten, 232x3072x8192 0.88 -> 1.11, 336x2048x8192 0.58 -> 0.87); of the
 # others the split lost on every one of more tiles and K at most 8192 (300x4096x4096: 48
@@ -585,27 +585,22 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
 
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: ``thin_split`` for a thin
-    product (whose K loads element by element), else the tile (``SPLIT_TILES``) and split of
-    least ``wave_cost``, costed as it was measured: K in blocks of a power of two
-    (``k_block``); its ``split_k`` is that many pieces (``power_of_two_pieces``), which the
-    kernel now cuts equal. On the table's split-K keys
-    (outputs of 256x768 to 1536x512, K of 20k to 1e6, tuned among 16 configs) this gives their
-    tuned tiles and pieces (128x256, 5 and 62), not at 512x512 (128x256 in 16; tuned: 128x128
-    in 8); on smaller outputs
-    (256x384 to 256x1024, K of 8k to 25k) the 128x128 tiles that ran 1.2-1.3x faster on the H200
-    (NOTES 84)."""
+    product (whose K loads element by element), else ``least_cost_split`` among
+    ``BATCH_SPLIT_SHAPES`` for a serving batch's product (``long_k_batch``, not also
+    ``few_tiles_long_k``) and among ``SPLIT_TILES`` for the rest.
+
+    Costed in equal pieces since call 271 (NOTES 120); before, in the power-of-two blocks the
+    kernel once cut. The eight products of our sets whose split that moved (a backward's
+    ``grad_out @ mat2.T`` of an LM head or the weight gradient of a tall product; 4-38 pieces
+    -> 2-64) ran 1.00-1.08x faster on the H200 (bf16 backwards under CUDA graphs), for
+    example the held-out 49152x512x1024's 198.3 -> 183.2 us (12 pieces of 128x128 -> 8 of
+    128x256) and 128x152064x3584's 764.2 -> 738.7 (38 -> 9). The table's split-K keys keep
+    their tuned entries (on 256x768 outputs and K of 1e6: 62 pieces, the rule 22)."""
     if thin(m, n, k):
         return thin_split(m, n, k, sms)
     if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
-        return batch_split(m, n, k, sms)
-
-    options = [
-        ((wave_cost(m, n, k, sms, tile, k_block(k, 1 << e)), 1 << e), tile)
-        for tile in SPLIT_TILES
-        for e in range(7)
-    ]
-    (_, split), (bm, bn, stages, warps, _) = min(options, key=lambda option: option[0])
-    return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
+        return least_cost_split(m, n, k, sms, BATCH_SPLIT_SHAPES)
+    return least_cost_split(m, n, k, sms, SPLIT_TILES)
 
 
 def wave_cost(
@@ -619,31 +614,32 @@ def wave_cost(
     return step * math.ceil(programs / sms) * (math.ceil(min(block, k) / 64) + ATOMIC_STEPS)
 
 
-def batch_split(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """A serving batch's split-K config (``long_k_batch``): the tile (``BATCH_SPLIT_SHAPES``)
-    and number of equal pieces (``split_k_block``, 1 to 64) of least ``wave_cost``; on a tie
-    the fewer pieces. On the seven batch training shapes of the class (H200, bf16, call 266,
-    3-9 splits timed on each) it chooses the fastest timed split on all seven; with
-    ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256 in 3
-    pieces, 0.91 of 64x256 in 2).
-    """
+def least_cost_split(
+    m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, int, int, float], ...]
+) -> helion.Config:
+    """The tile of ``tiles`` and number of equal K pieces (``split_k_block``, 1 to 64) of
+    least ``wave_cost``; on a tie the fewer pieces, then the tile listed first.
 
+    For a serving batch (``BATCH_SPLIT_SHAPES``): on the seven batch training shapes of that
+    class (H200, bf16, call 266, 3-9 splits timed on each) the fastest timed split on all
+    seven; with ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256
+    in 3 pieces, 0.91 of 64x256 in 2)."""
     options = [
-        (wave_cost(m, n, k, sms, tile, split_k_block(k, split)), split, tile)
-        for tile in BATCH_SPLIT_SHAPES
+        (wave_cost(m, n, k, sms, tile, split_k_block(k, split)), split, index)
+        for index, tile in enumerate(tiles)
         for split in range(1, 65)
     ]
-    _, split, (bm, bn, stages, warps, _) = min(options, key=lambda option: option[:2])
+    _, split, index = min(options)
+    bm, bn, stages, warps, _ = tiles[index]
     return split_config(bm, bn, 64, split, stages, warps=warps)
 
 
 def splits_k(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the split-K kernel's config for ``a @ b`` cuts K at all: False where it would
     be ``split_rule``'s with one piece (no table entry; fp16 and bf16 on a GPU with a model),
-    whose zeroed fp32 sums, atomic adds and cast the plain kernel does without (e.g. the LM
-    head's ``grad_out @ b.T`` at 2048 tokens and a vocabulary of 50304: 128 tiles of 128x128
-    already fill the SMs). Decided once per table key and device: split-K launches take the
-    launcher's full path on every call."""
+    whose zeroed fp32 sums, atomic adds and cast the plain kernel does without (e.g. 2048x2048
+    outputs of a K of 16384: 128 tiles of 128x256 already fill the SMs). Decided once per
+    table key and device: split-K launches take the launcher's full path on every call."""
     if not a.is_cuda or a.dtype == torch.float32:
         return True
     return _key_splits_k(config_key(a, b), a.device)
@@ -661,7 +657,7 @@ def _key_splits_k(key: tuple, device: torch.device) -> bool:
 # are the wave model's per-step coefficients of the plain kernel's tiles of these shapes
 # (sm90, bf16: 680-713 ns for 128x256, 374-410 for 128x128), relative; on a tie the wider.
 SPLIT_TILES = ((128, 256, 3, 8, 1.8), (128, 128, 4, 4, 1.0))
-# A serving batch's split (``batch_split``) also has 64x256 tiles of one warpgroup: as many
+# A serving batch's split (``split_rule``) also has 64x256 tiles of one warpgroup: as many
 # MACs a K step as 128x128, so its step cost.
 BATCH_SPLIT_SHAPES = (*SPLIT_TILES, (64, 256, 4, 4, 1.0))
 # What the split-K kernel's atomic add of one fp32 tile costs, in the tile's K steps of 64.

@@ -211,8 +211,9 @@ def split_k_block(k: int, split: int) -> int:
 
 def power_of_two_pieces(k: int, split: int) -> int:
     """How many pieces the split-K kernel cut K in for a ``split_k`` of ``split`` when its K
-    blocks were powers of two (``k_block``): the split rules' costs are those of such blocks,
-    as they were measured, and their ``split_k`` is this count, now of equal pieces."""
+    blocks were powers of two (``k_block``): ``configs.thin_split`` costs such blocks, as it
+    was measured, and asks for this count, now of equal pieces; tables written before
+    (``table.entries_of``) count such blocks."""
     return math.ceil(k / k_block(k, split))
 
 

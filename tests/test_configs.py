@@ -690,9 +690,9 @@ def test_tune_times_the_split_rules_config_on_a_split_key(monkeypatch):
         rule,
         *candidates.SPLIT_CANDIDATES,
     ]
-    # 512x512x1e6: the rule's 128x256 tiles in 16 pieces are one of them, timed once.
-    rule = configs.split_rule(512, 512, 1000000, 132)
-    timed = tune.candidates_of_key((512, 512, 1000000, "bfloat16", "cr", "plain"), torch.bfloat16)
+    # 1024x512x131072: the rule's 128x256 tiles in 8 pieces are one of them, timed once.
+    rule = configs.split_rule(1024, 512, 131072, 132)
+    timed = tune.candidates_of_key((1024, 512, 131072, "bfloat16", "cr", "plain"), torch.bfloat16)
     assert timed[1] == rule and timed[2:].count(rule) == 0
     assert len(timed) == 1 + len(candidates.SPLIT_CANDIDATES)
 
@@ -829,15 +829,15 @@ def test_tune_breaks_near_ties_by_the_flushed_time(monkeypatch, warm, chosen):
 
 
 def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
-    """``splits_k`` on an H200's 132 SMs (faked): 1536x1024 outputs of a K of 12288 make 96
-    tiles of 128x128, a wave already, which ``split_rule`` keeps in one piece; 700x300 of
+    """``splits_k`` on an H200's 132 SMs (faked): 2048x2048 outputs of a K of 16384 make 128
+    tiles of 128x256, a wave already, which ``split_rule`` keeps in one piece; 700x300 of
     30000 it cuts; a table entry keeps its own split. Off the GPU, the kernel as asked."""
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
     monkeypatch.setattr(configs, "sm_count", lambda device: 132)
     monkeypatch.setattr(configs, "tuned_table", lambda arch: {})
     configs._key_splits_k.cache_clear()
-    one, cut = (1536, 1024, 12288, "bfloat16", "rr"), (700, 300, 30000, "bfloat16", "cr")
+    one, cut = (2048, 2048, 16384, "bfloat16", "rr"), (700, 300, 30000, "bfloat16", "cr")
     assert configs.split_rule(*one[:3], 132).config["split_k"] == 1
     assert not configs._key_splits_k(one, cuda)
     assert configs._key_splits_k(cut, cuda)
@@ -846,5 +846,5 @@ def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
     configs._key_splits_k.cache_clear()
     assert configs._key_splits_k(one, cuda)
     configs._key_splits_k.cache_clear()
-    a, b = (torch.empty(size, dtype=torch.bfloat16) for size in ((1536, 12288), (12288, 1024)))
+    a, b = (torch.empty(size, dtype=torch.bfloat16) for size in ((2048, 16384), (16384, 2048)))
     assert configs.splits_k(a, b)

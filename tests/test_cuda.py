@@ -479,17 +479,17 @@ def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, 
 
 
 def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):
-    """Where ``split_rule`` would cut K in one piece (1536x1024 outputs: 96 tiles of 128x128
+    """Where ``split_rule`` would cut K in one piece (2048x2048 outputs: 128 tiles of 128x256
     already fill a wave), the product runs the plain kernel, without the fp32 sums and cast;
     where it cuts K, the split-K kernel."""
     from test_ops import launches
 
     launched = launches(monkeypatch)
-    one = (make((1536, 12288), torch.bfloat16), make((12288, 1024), torch.bfloat16))
+    one = (make((2048, 16384), torch.bfloat16), make((16384, 2048), torch.bfloat16))
     cut = (make((700, 30000), torch.bfloat16), make((30000, 300), torch.bfloat16))
     sms = configs.sm_count(one[0].device)
-    assert configs.split_rule(1536, 1024, 12288, sms).config["split_k"] == 1
-    assert kernel.wants_split_k(1536, 1024, 12288, torch.bfloat16) and not configs.splits_k(*one)
+    assert configs.split_rule(2048, 2048, 16384, sms).config["split_k"] == 1
+    assert kernel.wants_split_k(2048, 2048, 16384, torch.bfloat16) and not configs.splits_k(*one)
     assert configs.splits_k(*cut)
     check_matmul(*one)
     assert launched[0] is kernel.matmul_kernel
