@@ -451,14 +451,14 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
 # 0.84 -> 0.74, 80x4096x4096 1.04 -> 1.00, where the one such training shape had gained
 # (88x4096x4096 0.79 -> 0.85): that bound was set on the draw, which no longer holds it out.
 BATCH_SPLIT_ROWS = range(THIN_ROWS + 1, BATCH_MODEL_ROWS.stop)
-BATCH_SPLIT_TILES = 132 // 3  # a third of an H200's SMs
+BATCH_SPLIT_MAX_TILES = 132 // 3  # a third of an H200's SMs
 
 
 def long_k_batch(m: int, n: int, k: int) -> bool:
     """Whether ``m x n x k`` is a serving batch's product that splits over K
     (``BATCH_SPLIT_ROWS`` and the rest above)."""
     tiles = math.ceil(m / 128) * math.ceil(n / 256)
-    return m in BATCH_SPLIT_ROWS and k > THIN_K and tiles <= BATCH_SPLIT_TILES
+    return m in BATCH_SPLIT_ROWS and k > THIN_K and tiles <= BATCH_SPLIT_MAX_TILES
 
 
 # Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
@@ -586,29 +586,32 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: ``thin_split`` for a thin
     product (whose K loads element by element), else ``least_cost_split`` among
-    ``BATCH_SPLIT_SHAPES`` for a serving batch's product (``long_k_batch``, not also
+    ``BATCH_SPLIT_TILES`` for a serving batch's product (``long_k_batch``, not also
     ``few_tiles_long_k``) and among ``SPLIT_TILES`` for the rest.
 
-    Costed in equal pieces since call 271 (NOTES 120); before, in the power-of-two blocks the
-    kernel once cut. The eight products of our sets whose split that moved (a backward's
-    ``grad_out @ mat2.T`` of an LM head or the weight gradient of a tall product; 4-38 pieces
-    -> 2-64) ran 1.00-1.08x faster on the H200 (bf16 backwards under CUDA graphs), for
-    example the held-out 49152x512x1024's 198.3 -> 183.2 us (12 pieces of 128x128 -> 8 of
-    128x256) and 128x152064x3584's 764.2 -> 738.7 (38 -> 9). The table's split-K keys keep
-    their tuned entries (on 256x768 outputs and K of 1e6: 62 pieces, the rule 22)."""
+    Costed in equal pieces since NOTES 120; before, in the power-of-two blocks the kernel
+    once cut. The eight products of our sets whose split that moved (a backward's
+    ``grad_out @ mat2.T`` of an LM head or the weight gradient of a tall product; 1-49
+    pieces -> 2-64) ran 1.002-1.082x faster on the H200 (bf16 backwards under CUDA graphs,
+    call 271), for example the held-out 49152x512x1024's 198.3 -> 183.2 us (12 pieces of
+    128x128 -> 8 of 128x256) and 128x152064x3584's 764.2 -> 738.7 (38 -> 9); two weight
+    gradients of 999936 rows (call 272) 1.054x (62 -> 22 pieces) and 0.992x (16 -> 33). The
+    table's split-K keys keep their tuned entries (256x768 outputs of a K of 1e6: 62 pieces,
+    where the rule cuts 22)."""
     if thin(m, n, k):
         return thin_split(m, n, k, sms)
     if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
-        return least_cost_split(m, n, k, sms, BATCH_SPLIT_SHAPES)
+        return least_cost_split(m, n, k, sms, BATCH_SPLIT_TILES)
     return least_cost_split(m, n, k, sms, SPLIT_TILES)
 
 
 def wave_cost(
     m: int, n: int, k: int, sms: int, tile: tuple[int, int, int, int, float], block: int
 ) -> float:
-    """The split-K kernel's cost with a tile of ``SPLIT_TILES`` and K in blocks of ``block``:
-    its ``tiles * pieces`` programs run in ``ceil(programs / sms)`` rounds of ``block / 64``
-    steps plus the atomic add of the fp32 tile (``ATOMIC_STEPS``), each at the tile's cost."""
+    """The split-K kernel's cost with a tile of ``SPLIT_TILES``' form and K in blocks of
+    ``block``: its ``tiles * pieces`` programs run in ``ceil(programs / sms)`` rounds of
+    ``block / 64`` steps plus the atomic add of the fp32 tile (``ATOMIC_STEPS``), each at the
+    tile's cost."""
     bm, bn, _, _, step = tile
     programs = math.ceil(m / bm) * math.ceil(n / bn) * math.ceil(k / block)
     return step * math.ceil(programs / sms) * (math.ceil(min(block, k) / 64) + ATOMIC_STEPS)
@@ -620,7 +623,7 @@ def least_cost_split(
     """The tile of ``tiles`` and number of equal K pieces (``split_k_block``, 1 to 64) of
     least ``wave_cost``; on a tie the fewer pieces, then the tile listed first.
 
-    For a serving batch (``BATCH_SPLIT_SHAPES``): on the seven batch training shapes of that
+    For a serving batch (``BATCH_SPLIT_TILES``): on the seven batch training shapes of that
     class (H200, bf16, call 266, 3-9 splits timed on each) the fastest timed split on all
     seven; with ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256
     in 3 pieces, 0.91 of 64x256 in 2)."""
@@ -659,7 +662,7 @@ def _key_splits_k(key: tuple, device: torch.device) -> bool:
 SPLIT_TILES = ((128, 256, 3, 8, 1.8), (128, 128, 4, 4, 1.0))
 # A serving batch's split (``split_rule``) also has 64x256 tiles of one warpgroup: as many
 # MACs a K step as 128x128, so its step cost.
-BATCH_SPLIT_SHAPES = (*SPLIT_TILES, (64, 256, 4, 4, 1.0))
+BATCH_SPLIT_TILES = (*SPLIT_TILES, (64, 256, 4, 4, 1.0))
 # What the split-K kernel's atomic add of one fp32 tile costs, in the tile's K steps of 64.
 ATOMIC_STEPS = 8
 

@@ -573,7 +573,7 @@ def test_few_tiles_of_a_long_k_split_on_the_wide_tiles():
     assert configs.long_k_batch(m, n, k) and configs.few_tiles_long_k(m, n, k)
     chosen = configs.split_rule(m, n, k, SMS).config
     assert (chosen["block_sizes"][:2], chosen["split_k"]) == ([128, 256], 11)
-    batch = configs.least_cost_split(m, n, k, SMS, configs.BATCH_SPLIT_SHAPES).config
+    batch = configs.least_cost_split(m, n, k, SMS, configs.BATCH_SPLIT_TILES).config
     assert (batch["block_sizes"][:2], batch["split_k"]) == ([64, 256], 7)
 
 
