@@ -590,7 +590,7 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     ``few_tiles_long_k``) and among ``SPLIT_TILES`` for the rest.
 
     Costed in equal pieces since NOTES 120; before, in the power-of-two blocks the kernel
-    once cut. The eight products of our sets whose split that moved (a backward's
+    once cut. The eight products of our sets whose split moved (a backward's
     ``grad_out @ mat2.T`` of an LM head or the weight gradient of a tall product; 1-49
     pieces -> 2-64) ran 1.002-1.082x faster on the H200 (bf16 backwards under CUDA graphs,
     call 271), for example the held-out 49152x512x1024's 198.3 -> 183.2 us (12 pieces of
@@ -621,12 +621,7 @@ def least_cost_split(
     m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, int, int, float], ...]
 ) -> helion.Config:
     """The tile of ``tiles`` and number of equal K pieces (``split_k_block``, 1 to 64) of
-    least ``wave_cost``; on a tie the fewer pieces, then the tile listed first.
-
-    For a serving batch (``BATCH_SPLIT_TILES``): on the seven batch training shapes of that
-    class (H200, bf16, call 266, 3-9 splits timed on each) the fastest timed split on all
-    seven; with ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256
-    in 3 pieces, 0.91 of 64x256 in 2)."""
+    least ``wave_cost``; on a tie the fewer pieces, then the tile listed first."""
     options = [
         (wave_cost(m, n, k, sms, tile, split_k_block(k, split)), split, index)
         for index, tile in enumerate(tiles)
@@ -661,7 +656,10 @@ def _key_splits_k(key: tuple, device: torch.device) -> bool:
 # (sm90, bf16: 680-713 ns for 128x256, 374-410 for 128x128), relative; on a tie the wider.
 SPLIT_TILES = ((128, 256, 3, 8, 1.8), (128, 128, 4, 4, 1.0))
 # A serving batch's split (``split_rule``) also has 64x256 tiles of one warpgroup: as many
-# MACs a K step as 128x128, so its step cost.
+# MACs a K step as 128x128, so its step cost. With them it picks the fastest timed split on
+# all seven batch training shapes of that class (H200, bf16, call 266, 3-9 splits timed on
+# each); with ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256
+# in 3 pieces, 0.91 of 64x256 in 2).
 BATCH_SPLIT_TILES = (*SPLIT_TILES, (64, 256, 4, 4, 1.0))
 # What the split-K kernel's atomic add of one fp32 tile costs, in the tile's K steps of 64.
 ATOMIC_STEPS = 8
