@@ -172,6 +172,13 @@ PAIR_GAIN = 0.95
 EAGER_LAUNCH_MS = 0.03
 EAGER_HOST_MS = 0.3
 PAIR_WAVES = 16
+# Products of fp16 or bf16 doing fewer FLOPs than this per byte they read and write are bound
+# by memory bandwidth on an H200 (790 TFLOP/s of bf16 products against 4.3 TB/s of copies,
+# both measured on the device machine). One launch of two such products moves the same bytes
+# through the same memory as two: it fills idle SMs that would not help. The wave model, which
+# sees rounds and steps, not bytes, predicted 80x4096x4096's backward 7% faster in one launch;
+# it ran 1.18x slower (47.4 us against 40.2; call 274, NOTES 121).
+RIDGE_FLOPS_PER_BYTE = 184
 
 
 def busiest_sm(tiles: Sequence[tuple[int, float]], sms: int, pid_type: str) -> float:
@@ -437,7 +444,9 @@ class Model:
         """The candidate to run both products in one launch with, where predicted
         ``PAIR_GAIN`` times their time in two launches (``planned``) or less, plus, for
         ``eager`` calls (outside CUDA graphs) of less than ``EAGER_HOST_MS``,
-        ``EAGER_LAUNCH_MS``; else None. ``tma_only`` as in ``best_plain``."""
+        ``EAGER_LAUNCH_MS``; else None. Two ``bandwidth_bound`` products are predicted no
+        faster in one launch than in two (only the host time an eager call saves can pay for
+        it). ``tma_only`` as in ``best_plain``."""
         two = [self.planned(p) for p in (first, second)]
         if None in two or not first.aligned or not second.aligned:
             return None
@@ -452,6 +461,8 @@ class Model:
             if time is not None and (best is None or time < best[0]):
                 best = (time, candidate)
         two_ms = sum(planned[0] for planned in two)
+        if best is not None and bandwidth_bound(first) and bandwidth_bound(second):
+            best = (max(best[0], two_ms), best[1])
         saved_ms = EAGER_LAUNCH_MS if eager and two_ms < EAGER_HOST_MS else 0.0
         if best is None or best[0] > PAIR_GAIN * two_ms + saved_ms:
             return None
@@ -480,6 +491,13 @@ class Model:
             [e["unaligned"] for e in entries],
             [e.get("off_lines", (1.0, 1.0)) for e in entries],
         )
+
+
+def bandwidth_bound(product: Product) -> bool:
+    """Whether a product of 2-byte elements does fewer than ``RIDGE_FLOPS_PER_BYTE`` FLOPs
+    per byte of its operands and output."""
+    m, n, k = product.m, product.n, product.k
+    return m * n * k < RIDGE_FLOPS_PER_BYTE * (m * k + k * n + m * n)
 
 
 def batch_product(product: Product) -> bool:

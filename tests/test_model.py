@@ -684,6 +684,22 @@ def test_the_pair_runs_in_one_launch_only_where_predicted_faster():
     assert only_tma is None or only_tma.config["indexing"] == "tensor_descriptor"
 
 
+def test_two_bandwidth_bound_products_run_in_two_launches_under_graphs(monkeypatch):
+    """80x4096x4096's backward (77 FLOPs a byte): the wave model alone predicts one launch
+    faster; it measured 1.18x slower (call 274). Eager calls still save a launch's host time.
+    320x1408x2048's (231 FLOPs a byte, above the ridge) keeps its one launch."""
+    shipped = model.shipped_model("sm90")
+    first, second = backward_pair(80, 4096, 4096)
+    assert model.bandwidth_bound(first) and model.bandwidth_bound(second)
+    assert shipped.pair(first, second) is None
+    assert shipped.pair(first, second, eager=True) is not None
+    above = backward_pair(320, 1408, 2048)
+    assert not model.bandwidth_bound(above[0])
+    assert shipped.pair(*above) is not None
+    monkeypatch.setattr(model, "RIDGE_FLOPS_PER_BYTE", 0)
+    assert shipped.pair(first, second) is not None
+
+
 def test_eager_calls_count_the_host_time_one_launch_fewer_saves():
     """Outside CUDA graphs a pair predicted no faster than two launches still saves one
     launch's host time: 2048^3's backward (predicted as fast either way) pairs there only;
