@@ -27,6 +27,9 @@ THIN_DRAW_CSV = SHAPE_SETS / "thin_draw.csv"
 # Serving batches of 72-640 rows (decode batches, short prompts, MoE experts), drawn on
 # 2026-12-03 (results README: "a held-out draw of serving batches").
 BATCH_DRAW_CSV = SHAPE_SETS / "batch_draw.csv"
+# Linear layers (x @ w.T, tritonbench's --layout tn) of 65-128 rows from models no earlier set
+# holds, drawn on 2026-12-04 to test what NOTES 122 left open, before any run.
+LINEAR_DRAW_CSV = SHAPE_SETS / "linear_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -53,6 +56,7 @@ def validation_shapes(path: Path = VALIDATION_CSV) -> list[tuple[int, int, int]]
         (THIRD_DRAW_CSV, 16),
         (THIN_DRAW_CSV, 16),
         (BATCH_DRAW_CSV, 16),
+        (LINEAR_DRAW_CSV, 16),
     ],
     ids=str,
 )
@@ -67,7 +71,10 @@ def test_validation_shapes_were_never_fit_or_tuned(path, least):
     for shape in held_out:
         assert not products(*shape) & fitted, f"{shape} is a training point"
         assert not products(*shape) & tuned, f"{shape} is a table key"
-    earlier = [VALIDATION_CSV, SECOND_DRAW_CSV, THIRD_DRAW_CSV, THIN_DRAW_CSV, BATCH_DRAW_CSV]
+    earlier = [
+        VALIDATION_CSV, SECOND_DRAW_CSV, THIRD_DRAW_CSV, THIN_DRAW_CSV, BATCH_DRAW_CSV,
+        LINEAR_DRAW_CSV,
+    ]  # fmt: skip
     for other in earlier[: earlier.index(path)]:
         assert not set(held_out) & set(validation_shapes(other)), f"a shape of {other.name}"
 
