@@ -49,6 +49,7 @@ from helion_ops.model import (
     LINE_BYTES,
     TRANSPOSED_PLAIN,
     Product,
+    batch_choice,
     batch_product,
     k_block,
     k_steps,
@@ -145,7 +146,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     product, tma_only = model_product(a, b), not masks_vectorize(a, b)
     break_ties = epilogue != "bias"
     batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
-    config = batch_model and batch_model.choose(product, tma_only, break_ties)
+    config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
     config = config or model.choose(product, tma_only, break_ties)
     if config is None:
         return bound_kernel.config_spec.default_config()

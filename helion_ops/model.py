@@ -42,7 +42,7 @@ backwards that the model may pair are timed in one launch of each candidate as w
 per candidate for the pair kernel, fit on them, chose no better there (NOTES 86).
 
 A serving batch's forward (``batch_product``: 64 to 704 rows, operands row-major and 16-byte
-aligned) has few tiles, in a partial wave, and 64-row tiles pad its rows less than 128-row
+aligned, or a linear layer's ``x @ w.T`` of at most ``RC_BATCH_ROWS``) has few tiles, in a partial wave, and 64-row tiles pad its rows less than 128-row
 ones: the form fit on the training grid misses its time (refit with such products too, it
 chose no better there: 0.771x aten leaving each shape out, against 0.770x; NOTES 117).
 ``shipped_batch_model`` is a model of the same form fit on such products alone
@@ -92,6 +92,14 @@ BATCH_CANDIDATES = [*MODEL_CANDIDATES, config(64, 256, 64, 4, 4, "flat", "pointe
 # The rows of a serving batch's forward: those of its training shapes. (Those of few tiles and
 # a long K split over K instead: ``configs.long_k_batch``.)
 BATCH_MODEL_ROWS = range(64, 705)
+# A linear layer's x @ w.T ('rc') of 64 to this many rows takes the batch model's choice for
+# the same product row-major (no 'rc' timing was fit). The 'rc' training timings of call 264,
+# leaving each shape out, read 0.751 of aten so against the shipped model's 0.707 (NOTES 122);
+# on the H200 (bf16, call 277) it won on 7 of 8 such products of our sets of at most 128 rows
+# and lost on 7 of 200-640 rows (tensor descriptors traded for pointers). On the held-out
+# linear draw (call 278, NOTES 123) all 9 forwards it moved ran 7-25% faster (100x9216x2304
+# 20.6 -> 15.4 us) and the 4 backwards whose `grad_out @ w.T` it moved 4-9% faster.
+RC_BATCH_ROWS = 128
 
 
 def output_tiles(candidate: helion.Config, m: int, n: int) -> int:
@@ -502,10 +510,18 @@ def bandwidth_bound(product: Product) -> bool:
 
 def batch_product(product: Product) -> bool:
     """Whether ``shipped_batch_model`` chooses for a product: a serving batch's forward, of
-    ``BATCH_MODEL_ROWS`` rows, operands row-major and 16-byte aligned, as its training shapes. (A
-    linear layer's ``x @ w.T``, layout 'rc', is timed but not yet measured held out: NOTES
-    117.)"""
-    return product.m in BATCH_MODEL_ROWS and product.layout == "rr" and product.aligned
+    ``BATCH_MODEL_ROWS`` rows, operands row-major and 16-byte aligned, as its training shapes,
+    or 'rc' (a linear layer's ``x @ w.T``) of at most ``RC_BATCH_ROWS`` rows, chosen as the
+    same product row-major (``batch_choice``)."""
+    if not product.aligned or product.m not in BATCH_MODEL_ROWS:
+        return False
+    return product.layout == "rr" or (product.layout == "rc" and product.m <= RC_BATCH_ROWS)
+
+
+def batch_choice(product: Product) -> Product:
+    """The product whose choice the batch model gives ``product`` (``batch_product``): its
+    rows and operands row-major, as the model's records."""
+    return product._replace(layout="rr")
 
 
 @functools.cache
