@@ -21,7 +21,8 @@ transposed operand gets its own entry. The answer, in order:
    ``pair_rule``; a product of a few rows (``few_rows``: thin, of at most 32 rows and a long
    K, or its weight off 16 bytes) narrow tiles of its own (``few_rows_config``); a
    flattened candidate with a K loop of 8 to 16 steps runs as many pipeline stages as
-   shared memory holds, beside a bias tile too (``deepened``). fp32 (and GPUs without a
+   shared memory holds, beside a bias tile too (``deepened``), and so does a flat one of a
+   product bound by memory bandwidth, split-K's too (``streaming``). fp32 (and GPUs without a
    model) get Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
@@ -49,6 +50,7 @@ from helion_ops.model import (
     LINE_BYTES,
     TRANSPOSED_PLAIN,
     Product,
+    bandwidth_bound,
     batch_choice,
     batch_product,
     k_block,
@@ -139,7 +141,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     if dtype == torch.float32 or model is None:
         return bound_kernel.config_spec.default_config()
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
-        return split_rule(*mnks[0], sm_count(device))
+        return streaming(split_rule(*mnks[0], sm_count(device)), dtype.itemsize, *mnks[0])
     a, b = operands
     if few_rows(a, b) and not transposed:  # (a few rows' product never runs transposed)
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
@@ -150,11 +152,15 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     config = config or model.choose(product, tma_only, break_ties)
     if config is None:
         return bound_kernel.config_spec.default_config()
+    itemsize, mnk = dtype.itemsize, mnks[0]
     if epilogue == "bias":
-        return deepened(fit_for_bias(config, dtype.itemsize), dtype.itemsize, product.k, tiles=2)
+        config = deepened(fit_for_bias(config, itemsize), itemsize, product.k, tiles=2)
+        return streaming(config, itemsize, *mnk, tiles=2)
     # The transposed kernel's store transposes its tile, which may take shared memory of its
     # own: it keeps the candidate's depth.
-    return config if transposed else deepened(config, dtype.itemsize, product.k)
+    if transposed:
+        return config
+    return streaming(deepened(config, itemsize, product.k), itemsize, *mnk)
 
 
 def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
@@ -765,6 +771,40 @@ def deepened(config: helion.Config, itemsize: int, k: int, tiles: int = 1) -> he
         return config
     stages = min(DEEPEST_PIPELINE, stages_that_fit(config, itemsize, tiles))
     if stages <= config.config["num_stages"]:
+        return config
+    return helion.Config(**{**config.config, "num_stages": stages})
+
+
+# The deepest pipeline of a product bound by memory bandwidth (``streaming``): 64x128x64 tiles
+# in 9 stages ran as fast as in 7 (H200, call 280, NOTES 124).
+DEEPEST_STREAM = 8
+
+
+def streaming(
+    config: helion.Config, itemsize: int, m: int, n: int, k: int, tiles: int = 1
+) -> helion.Config:
+    """A flat (not persistent) config of an ``m x n x k`` product bound by memory bandwidth
+    (``model.bandwidth_bound``: a serving batch's or a linear layer's forward of a few row
+    tiles, a split-K product) with as many pipeline stages as shared memory holds beside
+    ``tiles`` tiles of its output's size, up to ``DEEPEST_STREAM``; other configs as they are.
+
+    Such a product streams its weight once: its speed is the bytes each SM keeps in flight,
+    one operand stage a K step. On the H200 (bf16, under CUDA graphs, call 280), four
+    products of 72-120 rows of no set in both layouts ran 64x128x64 tiles in 7 stages rather
+    than the candidate's 5 1.07-1.12x faster (96x6656x5120 'rc' 26.7 -> 23.7 us, aten 20.8),
+    128x128x64 in 6 rather than 4 1.08-1.16x (120x8704x3072 23.0 -> 19.9, aten 17.3), and
+    the split-K kernel's 128x128x64 in 6 stages (3 pieces) 17.9 us against the rule's 4
+    stages' 19.5 on 80x4864x4864 (aten 12.3). A program's K loop shorter than the pipeline
+    (a weight gradient of a few rows' K) keeps the candidate's depth. On the 38 products of
+    our sets whose depth it moves (call 281, ``launch_mm``, two interleaved rounds) it ran
+    1.021x faster: 20 faster by 1-27% (80x11008x2048 'rc' 18.8 -> 14.9 us), 8 slower by 2-4%
+    (256x512x16384 'cr' 12.6 -> 13.1, 6x8192x2048 'rc' 7.1 -> 7.5; five of them on 64x64x128
+    tiles), 10 within 1% (NOTES 124)."""
+    if config.config.get("pid_type", "flat") != "flat" or not bandwidth_bound(m, n, k):
+        return config
+    stages = min(DEEPEST_STREAM, stages_that_fit(config, itemsize, tiles))
+    piece = split_k_block(k, config.config.get("split_k", 1))  # a program's K
+    if stages <= config.config["num_stages"] or k_steps(config, piece) < stages:
         return config
     return helion.Config(**{**config.config, "num_stages": stages})
 

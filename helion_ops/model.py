@@ -42,12 +42,12 @@ backwards that the model may pair are timed in one launch of each candidate as w
 per candidate for the pair kernel, fit on them, chose no better there (NOTES 86).
 
 A serving batch's forward (``batch_product``: 64 to 704 rows, operands row-major and 16-byte
-aligned, or a linear layer's ``x @ w.T`` of at most ``RC_BATCH_ROWS``) has few tiles, in a partial wave, and 64-row tiles pad its rows less than 128-row
-ones: the form fit on the training grid misses its time (refit with such products too, it
-chose no better there: 0.771x aten leaving each shape out, against 0.770x; NOTES 117).
-``shipped_batch_model`` is a model of the same form fit on such products alone
-(``helion_ops.shapes.BATCH_TRAINING_SHAPES``), with a candidate of their own
-(``BATCH_CANDIDATES``); it chooses their config.
+aligned, or a linear layer's ``x @ w.T`` of at most ``RC_BATCH_ROWS``) has few tiles, in a
+partial wave, and 64-row tiles pad its rows less than 128-row ones: the form fit on the
+training grid misses its time (refit with such products too, it chose no better there: 0.771x
+aten leaving each shape out, against 0.770x; NOTES 117). ``shipped_batch_model`` is a model of
+the same form fit on such products alone (``helion_ops.shapes.BATCH_TRAINING_SHAPES``), with a
+candidate of their own (``BATCH_CANDIDATES``); it chooses their config.
 """
 
 from __future__ import annotations
@@ -469,7 +469,7 @@ class Model:
             if time is not None and (best is None or time < best[0]):
                 best = (time, candidate)
         two_ms = sum(planned[0] for planned in two)
-        if best is not None and bandwidth_bound(first) and bandwidth_bound(second):
+        if best is not None and bandwidth_bound(*first[:3]) and bandwidth_bound(*second[:3]):
             best = (max(best[0], two_ms), best[1])
         saved_ms = EAGER_LAUNCH_MS if eager and two_ms < EAGER_HOST_MS else 0.0
         if best is None or best[0] > PAIR_GAIN * two_ms + saved_ms:
@@ -501,10 +501,9 @@ class Model:
         )
 
 
-def bandwidth_bound(product: Product) -> bool:
-    """Whether a product of 2-byte elements does fewer than ``RIDGE_FLOPS_PER_BYTE`` FLOPs
-    per byte of its operands and output."""
-    m, n, k = product.m, product.n, product.k
+def bandwidth_bound(m: int, n: int, k: int) -> bool:
+    """Whether an ``m x n x k`` product of 2-byte elements does fewer than
+    ``RIDGE_FLOPS_PER_BYTE`` FLOPs per byte of its operands and output."""
     return m * n * k < RIDGE_FLOPS_PER_BYTE * (m * k + k * n + m * n)
 
 

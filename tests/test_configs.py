@@ -505,6 +505,35 @@ def test_a_flattened_candidate_of_8_to_16_k_steps_runs_as_many_stages_as_shared_
     assert configs.deepened(two_per_sm, 2, 768) is two_per_sm
 
 
+def test_a_bandwidth_bound_products_flat_tiles_run_as_many_stages_as_shared_memory_holds():
+    """96x6656x5120 (bf16, 68 FLOPs a byte, under the ridge): 64x128x64 tiles (24 KiB a
+    stage) in 8 stages, the cap; 128x128x64 (32 KiB) in 6, 5 beside a bias tile; the split-K
+    kernel's tiles alike, where a program's K piece has a step a stage. Products above the
+    ridge, persistent tiles, full ones and K loops shorter than the pipeline keep their
+    depth."""
+    narrow = candidates.config(64, 128, 64, 4, 5, "flat", "pointer")
+    wide = candidates.config(128, 128, 64, 4, 3, "flat", "pointer")
+    mnk = (96, 6656, 5120)
+    assert configs.streaming(narrow, 2, *mnk).config == {**narrow.config, "num_stages": 8}
+    assert configs.streaming(wide, 2, *mnk).config == {**wide.config, "num_stages": 6}
+    assert configs.streaming(wide, 2, *mnk, tiles=2).config == {**wide.config, "num_stages": 5}
+    assert configs.streaming(narrow, 2, 4096, 4096, 4096) is narrow  # above the ridge
+    persistent = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
+    assert configs.streaming(persistent, 2, *mnk) is persistent
+    full = candidates.config(128, 256, 64, 8, 3, "flat", "pointer")
+    assert configs.streaming(full, 2, *mnk) is full
+    assert configs.streaming(wide, 2, 3584, 4096, 68) is wide  # a K loop of 2 steps
+    split = configs.split_rule(80, 4864, 4864, 132)
+    assert split.config["split_k"] == 3 and split.config["num_stages"] == 4
+    assert configs.streaming(split, 2, 80, 4864, 4864).config == {
+        **split.config,
+        "num_stages": 6,
+    }
+    # 64 pieces of a K of 16384: 4 steps a program.
+    pieces = candidates.split_config(128, 128, 64, 64, 4)
+    assert configs.streaming(pieces, 2, 256, 512, 16384) is pieces
+
+
 def test_table_lookup_by_epilogue_then_dtype():
     """A bias epilogue takes its own entry, else the plain entry fit for it; fp16 takes
     bf16's entry where it has none; a key not in the table gets None (Helion's default)."""

@@ -704,11 +704,11 @@ def test_two_bandwidth_bound_products_run_in_two_launches_under_graphs(monkeypat
     320x1408x2048's (231 FLOPs a byte, above the ridge) keeps its one launch."""
     shipped = model.shipped_model("sm90")
     first, second = backward_pair(80, 4096, 4096)
-    assert model.bandwidth_bound(first) and model.bandwidth_bound(second)
+    assert model.bandwidth_bound(*first[:3]) and model.bandwidth_bound(*second[:3])
     assert shipped.pair(first, second) is None
     assert shipped.pair(first, second, eager=True) is not None
     above = backward_pair(320, 1408, 2048)
-    assert not model.bandwidth_bound(above[0])
+    assert not model.bandwidth_bound(*above[0][:3])
     assert shipped.pair(*above) is not None
     monkeypatch.setattr(model, "RIDGE_FLOPS_PER_BYTE", 0)
     assert shipped.pair(first, second) is not None
