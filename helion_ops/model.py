@@ -93,8 +93,8 @@ BATCH_CANDIDATES = [*MODEL_CANDIDATES, config(64, 256, 64, 4, 4, "flat", "pointe
 # a long K split over K instead: ``configs.long_k_batch``.)
 BATCH_MODEL_ROWS = range(64, 705)
 # A linear layer's x @ w.T ('rc') of 64 to this many rows takes the batch model's choice for
-# the same product row-major (no 'rc' timing was fit). The 'rc' training timings of call 264,
-# leaving each shape out, read 0.751 of aten so against the shipped model's 0.707 (NOTES 122);
+# the same product row-major (no 'rc' timing was fit). On the 'rc' training timings of call
+# 264 its choices read 0.751 of aten, the shipped model's 0.707 (NOTES 122);
 # on the H200 (bf16, call 277) it won on 7 of 8 such products of our sets of at most 128 rows
 # and lost on 7 of 200-640 rows (tensor descriptors traded for pointers). On the held-out
 # linear draw (call 278, NOTES 123) all 9 forwards it moved ran 7-25% faster (100x9216x2304

@@ -203,7 +203,8 @@ def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
     chosen = configs.choose_config(kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0))), a, b)
     product = configs.model_product(a, b)
     chooser = model.shipped_batch_model if layout == "rr" else model.shipped_model
-    assert chosen == configs.deepened(chooser("sm90").choose(product), 2, 8192)
+    expected = configs.deepened(chooser("sm90").choose(product), 2, 8192)
+    assert chosen == configs.streaming(expected, 2, 176, 8192, 8192)
     assert_matches(layout, helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
 
 
