@@ -769,8 +769,17 @@ def deepened(config: helion.Config, itemsize: int, k: int, tiles: int = 1) -> he
     """
     if not flattened(config) or k_steps(config, k) not in DEEPENED_K_STEPS:
         return config
-    stages = min(DEEPEST_PIPELINE, stages_that_fit(config, itemsize, tiles))
-    if stages <= config.config["num_stages"]:
+    return _as_deep_as_fits(config, itemsize, tiles, DEEPEST_PIPELINE)
+
+
+def _as_deep_as_fits(
+    config: helion.Config, itemsize: int, tiles: int, deepest: int, steps: int | None = None
+) -> helion.Config:
+    """``config`` with as many pipeline stages as ``stages_that_fit`` beside ``tiles`` output
+    tiles, at most ``deepest``; ``config`` itself where that is no deeper than it runs or,
+    where ``steps`` (a program's K loop) is given, longer than the loop."""
+    stages = min(deepest, stages_that_fit(config, itemsize, tiles))
+    if stages <= config.config["num_stages"] or (steps is not None and steps < stages):
         return config
     return helion.Config(**{**config.config, "num_stages": stages})
 
@@ -802,11 +811,8 @@ def streaming(
     tiles), 10 within 1% (NOTES 124)."""
     if config.config.get("pid_type", "flat") != "flat" or not bandwidth_bound(m, n, k):
         return config
-    stages = min(DEEPEST_STREAM, stages_that_fit(config, itemsize, tiles))
     piece = split_k_block(k, config.config.get("split_k", 1))  # a program's K
-    if stages <= config.config["num_stages"] or k_steps(config, piece) < stages:
-        return config
-    return helion.Config(**{**config.config, "num_stages": stages})
+    return _as_deep_as_fits(config, itemsize, tiles, DEEPEST_STREAM, k_steps(config, piece))
 
 
 class _Chosen(BaseAutotuner):
