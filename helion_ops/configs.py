@@ -22,8 +22,10 @@ transposed operand gets its own entry. The answer, in order:
    K, or its weight off 16 bytes) narrow tiles of its own (``few_rows_config``); a
    flattened candidate with a K loop of 8 to 16 steps runs as many pipeline stages as
    shared memory holds, beside a bias tile too (``deepened``), and so does a flat one of a
-   product bound by memory bandwidth, split-K's too (``streaming``). fp32 (and GPUs without a
-   model) get Helion's built-in heuristic default.
+   product bound by memory bandwidth, split-K's too (``streaming``); a product of 65 to 128
+   rows and a long K takes the tile and split over K that give it the most programs of one
+   wave (``one_wave_stream``). fp32 (and GPUs without a model) get Helion's built-in
+   heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
@@ -147,9 +149,15 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), not masks_vectorize(a, b)
     break_ties = epilogue != "bias"
+    stream = None
+    if not (tma_only or transposed):
+        stream = one_wave_stream(*mnks[0], sm_count(device), splits=False)
     batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
-    config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
-    config = config or model.choose(product, tma_only, break_ties)
+    if stream is not None:
+        config = plain_config(stream[0], STREAM_COLUMNS, 64, 4, 4, "flat", "pointer")
+    else:
+        config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
+        config = config or model.choose(product, tma_only, break_ties)
     if config is None:
         return bound_kernel.config_spec.default_config()
     itemsize, mnk = dtype.itemsize, mnks[0]
@@ -457,6 +465,7 @@ def few_tiles_long_k(m: int, n: int, k: int) -> bool:
 # fp32 sums): on the held-out batch draw (call 267) 128x6144x4096 0.83 -> 0.62, 96x11008x4096
 # 0.84 -> 0.74, 80x4096x4096 1.04 -> 1.00, where the one such training shape had gained
 # (88x4096x4096 0.79 -> 0.85): that bound was set on the draw, which no longer holds it out.
+# Products of 65 to 128 rows and a K of at least 2048 now follow ``one_wave_stream`` instead.
 BATCH_SPLIT_ROWS = range(THIN_ROWS + 1, BATCH_MODEL_ROWS.stop)
 BATCH_SPLIT_MAX_TILES = 132 // 3  # a third of an H200's SMs
 
@@ -466,6 +475,50 @@ def long_k_batch(m: int, n: int, k: int) -> bool:
     (``BATCH_SPLIT_ROWS`` and the rest above)."""
     tiles = math.ceil(m / 128) * math.ceil(n / 256)
     return m in BATCH_SPLIT_ROWS and k > THIN_K and tiles <= BATCH_SPLIT_MAX_TILES
+
+
+# A product of 65 to 128 rows and a K of at least STREAM_MIN_K (a linear layer's forward at a
+# decode or small prefill batch, or its backward's grad_out @ w.T) is bound by reading the
+# weight once (``model.bandwidth_bound``); its programs each stream their columns of it in a
+# deep pipeline (``streaming``), at most one an SM. What sets its time is how many SMs stream
+# in one wave: a second wave, even of a few programs, costs about as much as the first.
+# ``one_wave_stream`` picks 128x128 tiles (the weight read once), 64x128 (two row tiles) or
+# 128x128 split over K in equal pieces of at least STREAM_MIN_PIECE, whichever gives the most
+# programs that fit one wave. On the H200 (bf16, 'rc', under CUDA graphs, call 285, NOTES 125)
+# seven such products of no set ran fastest on the configs of most programs up to a wave, each
+# in one wave: 120x8704x3072 on 68 programs of 128x128 19.5 us against 26.1 on 136 of 64x128
+# (aten 17.5); 96x6656x5120 on 104 of 64x128 23.0 against 30.0 on 52 of 128x128; 80x4864x4864
+# in 3 pieces (114 programs) 18.4; 100x10752x4096 on 84 of 128x128 30.1 against 39.1 on 168 of
+# 64x128. Six of the seven took the measured best; 72x5632x4608's 132 programs in 3 pieces ran
+# 20.7 against 19.5 on 88 of 64x128.
+STREAM_ROWS = range(THIN_ROWS + 1, 129)
+STREAM_MIN_K = 2048
+STREAM_MIN_PIECE = 1024
+STREAM_COLUMNS = 128
+
+
+def one_wave_stream(
+    m: int, n: int, k: int, sms: int, splits: bool = True
+) -> tuple[int, int] | None:
+    """The row tile (128 or 64) and number of equal K pieces (1 for the plain kernel) of a
+    streaming product (``STREAM_ROWS`` and the rest above): the most programs of 128 columns
+    that fit one wave of ``sms``, the plain kernel before a split and fewer pieces first on a
+    tie; ``splits=False``: the plain kernel's only. None for other products, and where no
+    choice fits one wave."""
+    if m not in STREAM_ROWS or k < STREAM_MIN_K or few_tiles_long_k(m, n, k):
+        return None
+    columns = math.ceil(n / STREAM_COLUMNS)
+    options = [(columns, 128, 1), (2 * columns, 64, 1)]
+    if splits:
+        for split in range(2, 65):
+            pieces = math.ceil(k / split_k_block(k, split))
+            if k // pieces >= STREAM_MIN_PIECE:
+                options.append((columns * pieces, 128, pieces))
+    fitting = [(programs, -pieces, rows) for programs, rows, pieces in options if programs <= sms]
+    if not fitting:
+        return None
+    _, pieces, rows = max(fitting)
+    return rows, -pieces
 
 
 # Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
@@ -607,6 +660,9 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     where the rule cuts 22)."""
     if thin(m, n, k):
         return thin_split(m, n, k, sms)
+    stream = one_wave_stream(m, n, k, sms)
+    if stream is not None:
+        return split_config(128, STREAM_COLUMNS, 64, stream[1], 4)
     if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
         return least_cost_split(m, n, k, sms, BATCH_SPLIT_TILES)
     return least_cost_split(m, n, k, sms, SPLIT_TILES)

@@ -52,6 +52,7 @@ from triton.runtime.errors import OutOfResources
 from helion_ops import native
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
+    WAVE_PROGRAMS,
     few_tiles_long_k,
     k_masks_vectorize,
     last_wave_split,
@@ -59,6 +60,7 @@ from helion_ops.configs import (
     model_pair,
     narrow,
     narrow_tiles_pay,
+    one_wave_stream,
     operands_key,
     select_config,
     splits_k,
@@ -477,8 +479,13 @@ def _kernel_for(dtype: torch.dtype, split_k: bool = False, pair: bool = False) -
 
 def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` splits over K wherever K loads in
-    vectors: few output tiles and a long K (``few_tiles_long_k``), or, in fp16 and bf16, a
-    serving batch's product of few tiles and a long K (``configs.long_k_batch``)."""
+    vectors: in fp16 and bf16, a streaming product (65 to 128 rows, a long K) where
+    ``configs.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
+    (``few_tiles_long_k``), or, in fp16 and bf16, a serving batch's product of few tiles and
+    a long K (``configs.long_k_batch``)."""
+    stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
+    if stream:
+        return stream[1] > 1
     return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and long_k_batch(m, n, k))
 
 
@@ -745,12 +752,13 @@ def launch_addmm(
     # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
     # last bits) that varies from run to run: torch.use_deterministic_algorithms(True) keeps
     # every product on the plain kernel. (Helion's ref mode, for tests, runs without a
-    # config, and split_k is one.) A long-K product (``long_k_product``: few tiles, or a
-    # serving batch's, NOTES 116 and 118) splits where K loads in vectors; a
-    # thin one where it does not (its plain kernel then loads element by element and is
-    # slower still, NOTES 112) or where its narrow tiles do not pay (too little of the weight
-    # in flight, or a long K: ``configs.narrow_tiles_pay``), else, outside the few-tiles
-    # class, it runs the plain kernel on those (``configs.few_rows_config``, NOTES 114-115).
+    # config, and split_k is one.) A long-K product (``long_k_product``: few tiles, a
+    # serving batch's, NOTES 116 and 118, or a streaming one, NOTES 125) splits where K loads
+    # in vectors; a thin one where it does not (its plain kernel then loads element by
+    # element and is slower still, NOTES 112) or where its narrow tiles do not pay (too little
+    # of the weight in flight, or a long K: ``configs.narrow_tiles_pay``), else, outside the
+    # few-tiles class, it runs the plain kernel on those (``configs.few_rows_config``, NOTES
+    # 114-115).
     deterministic = deterministic_algorithms()
     long_k = long_k_product(m, n, k, a.dtype)
     thin_product = a.dtype in FAST_DTYPES and thin(m, n, k)

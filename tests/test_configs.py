@@ -16,6 +16,7 @@ from conftest import DEVICE, HAS_CUDA
 from helion_ops import candidates, configs, model, ops, plans, shapes, tune
 from helion_ops.kernel import (
     _kernel_for,
+    long_k_product,
     matmul_kernel,
     matmul_kernel_tf32,
     modelled,
@@ -149,7 +150,8 @@ def test_fp32_follows_torch_tf32_switch(restore_tf32):
         (16, 4096, 2043, False),  # K shorter than measured
         (24, 2048, 8192, True),  # thin, too few narrow tiles to stream the weight
         (96, 4096, 11008, True),  # a serving batch's: 16 tiles of 128x256, K of THIN_K or more
-        (128, 2048, 4096, False),  # K of THIN_K: too short for the split's extra passes
+        (128, 2048, 4096, True),  # streaming: 64 programs in 4 pieces, 32 unsplit
+        (128, 6144, 4096, False),  # streaming: 96 programs of 64x128 tiles, as many split
         (129, 4096, 14336, True),
         (704, 1536, 8960, True),  # 36 tiles
         (300, 4096, 8192, False),  # 48 tiles: past a third of a wave
@@ -532,6 +534,33 @@ def test_a_bandwidth_bound_products_flat_tiles_run_as_many_stages_as_shared_memo
     # 64 pieces of a K of 16384: 4 steps a program.
     pieces = candidates.split_config(128, 128, 64, 64, 4)
     assert configs.streaming(pieces, 2, 256, 512, 16384) is pieces
+
+
+def test_a_streaming_products_programs_fill_one_wave_at_most():
+    """65-128 rows and a K of at least 2048: 128x128 tiles, 64x128 (two row tiles) or 128x128
+    split over K in pieces of at least 1024, whichever gives the most programs that fit one
+    wave (132 SMs); on a tie the plain kernel, then fewer pieces. On the H200 (call 285) these
+    are the fastest configs timed on five of the probe shapes."""
+    assert configs.one_wave_stream(120, 8704, 3072, 132) == (128, 1)  # 68; 136 is two waves
+    assert configs.one_wave_stream(96, 6656, 5120, 132) == (64, 1)  # 104, as a split in 2
+    assert configs.one_wave_stream(80, 4864, 4864, 132) == (128, 3)  # 114
+    assert configs.one_wave_stream(112, 3840, 6144, 132) == (128, 4)  # 120
+    assert configs.one_wave_stream(100, 10752, 4096, 132) == (128, 1)  # 84
+    # A batch training shape whose splits call 266 timed (128x256 in 3 pieces fastest, 120
+    # programs): 80 programs of 128x128, not timed then.
+    assert configs.one_wave_stream(72, 10240, 8192, 132) == (128, 1)
+    assert configs.one_wave_stream(80, 4864, 4864, 132, splits=False) == (64, 1)  # 76
+    assert configs.one_wave_stream(100, 2048, 8192, 132) == (128, 8)  # pieces of 1024
+    assert configs.one_wave_stream(100, 4096, 2048, 132) == (64, 1)  # 2 pieces at most
+    for outside in [(64, 8704, 3072), (129, 8704, 3072), (120, 8704, 2047), (100, 1024, 8192)]:
+        assert configs.one_wave_stream(*outside, 132) is None
+    assert configs.one_wave_stream(100, 18944, 3584, 132) is None  # 148 columns of 128
+    # The launcher splits where the rule does, and the split-K rule cuts as many pieces.
+    assert long_k_product(80, 4864, 4864, torch.bfloat16)
+    assert configs.split_rule(80, 4864, 4864, 132).config["split_k"] == 3
+    assert not long_k_product(120, 8704, 3072, torch.bfloat16)
+    assert configs.split_rule(120, 8704, 3072, 132).config["split_k"] == 1
+    assert not long_k_product(80, 4864, 4864, torch.float32)
 
 
 def test_table_lookup_by_epilogue_then_dtype():

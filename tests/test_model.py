@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helion_ops import configs, model, shapes, tune, warmup
+from helion_ops import configs, kernel, model, shapes, tune, warmup
 from helion_ops.candidates import config, flattened
 
 SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
@@ -30,6 +30,9 @@ BATCH_DRAW_CSV = SHAPE_SETS / "batch_draw.csv"
 # Linear layers (x @ w.T, tritonbench's --layout tn) of 66-128 rows from models no earlier set
 # holds, drawn on 2026-12-04 to test what NOTES 122 left open, before any run.
 LINEAR_DRAW_CSV = SHAPE_SETS / "linear_draw.csv"
+# Linear layers of 65-128 rows from models no earlier set holds, drawn on 2026-12-04 to test
+# configs.one_wave_stream (NOTES 125) before its first run.
+STREAM_DRAW_CSV = SHAPE_SETS / "stream_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -56,6 +59,7 @@ HELD_OUT_SETS = [
     (THIN_DRAW_CSV, 16),
     (BATCH_DRAW_CSV, 16),
     (LINEAR_DRAW_CSV, 16),
+    (STREAM_DRAW_CSV, 16),
 ]
 
 
@@ -158,10 +162,11 @@ def test_a_serving_batchs_forwards_are_the_batch_models():
 
 def test_tune_batch_flag_selects_the_batch_models_grid(capsys):
     """``--training --batch``: the forwards of BATCH_TRAINING_SHAPES that the model chooses
-    for (the others split over K: ``configs.long_k_batch``); its records, timed before that
+    for (the others split over K: ``kernel.long_k_product``); its records, timed before that
     class took seven, hold all of them. Without ``--training`` the flag is an error."""
     selected = tune.selected_keys(tune.parse_args(["--training", "x.jsonl", "--batch"]))
-    modelled = [s for s in shapes.BATCH_TRAINING_SHAPES if not configs.long_k_batch(*s)]
+    bf16 = torch.bfloat16
+    modelled = [s for s in shapes.BATCH_TRAINING_SHAPES if not kernel.long_k_product(*s, bf16)]
     assert [key[:3] for key in selected] == modelled and len(modelled) == 18
     assert {key[4] for key in selected} == {"rr"}
     timed = {(r["m"], r["n"], r["k"]) for r in read_records(BATCH_RECORDS)}
@@ -559,10 +564,11 @@ def test_power_of_two_splits_count_their_pieces():
 
 
 # The batch training shapes of the split class and the split that call 266 timed fastest.
+# (72x10240x8192, whose fastest split was 128x256 in 3 pieces, now streams unsplit on 128x128
+# tiles: ``configs.one_wave_stream``, NOTES 125.)
 @pytest.mark.parametrize(
     "m,n,k,tile,split",
     [
-        (72, 10240, 8192, (128, 256), 3),
         (208, 4096, 11008, (128, 256), 4),
         (232, 3072, 8192, (128, 256), 5),
         (336, 2048, 8192, (128, 256), 5),
