@@ -152,10 +152,10 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
     stream = None
     if not (tma_only or transposed):
         stream = one_wave_stream(*mnks[0], sm_count(device), splits=False)
-    batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
     if stream is not None:
         config = plain_config(stream[0], STREAM_COLUMNS, 64, 4, 4, "flat", "pointer")
     else:
+        batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
         config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
         config = config or model.choose(product, tma_only, break_ties)
     if config is None:

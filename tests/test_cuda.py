@@ -15,7 +15,7 @@ from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import configs, kernel, model, plans, staging, table
+from helion_ops import candidates, configs, kernel, model, plans, staging, table
 from helion_ops.candidates import flattened
 
 pytestmark = pytest.mark.cuda
@@ -206,6 +206,31 @@ def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
     expected = configs.deepened(chooser("sm90").choose(product), 2, 8192)
     assert chosen == configs.streaming(expected, 2, 176, 8192, 8192)
     assert_matches(layout, helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
+
+
+@pytest.mark.parametrize(
+    "m,n,k,rows,pieces",
+    [(120, 8704, 3072, 128, 1), (96, 6656, 5120, 64, 1), (80, 4864, 4864, 128, 3)],
+)
+def test_a_streaming_product_runs_the_one_wave_choice(monkeypatch, m, n, k, rows, pieces):
+    """A linear layer's x @ w.T of 65-128 rows (no entry): the tile and K pieces of
+    ``configs.one_wave_stream``, as deep as shared memory holds; forward and backward match
+    float64."""
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
+    x = make((m, k), torch.bfloat16).detach()
+    w_t = make((k, n), torch.bfloat16, transposed=True).detach()
+    if pieces == 1:
+        bound = kernel.matmul_kernel.bind((x, w_t, kernel.scaled(1.0)))
+        expected = configs.streaming(
+            candidates.config(rows, 128, 64, 4, 4, "flat", "pointer"), 2, m, n, k
+        )
+    else:
+        bound = kernel.split_k_kernel.bind((x, w_t))
+        expected = configs.streaming(candidates.split_config(128, 128, 64, pieces, 4), 2, m, n, k)
+    assert kernel.long_k_product(m, n, k, torch.bfloat16) is (pieces > 1)
+    assert configs.choose_config(bound, x, w_t) == expected
+    check_matmul(x.requires_grad_(), w_t.requires_grad_())
 
 
 @pytest.fixture
