@@ -20,6 +20,7 @@ from helion_ops.kernel import (
     matmul_kernel,
     matmul_kernel_tf32,
     modelled,
+    ordered_split_k_kernel,
     pair_kernel,
     scaled,
     split_k_kernel,
@@ -269,6 +270,20 @@ def test_split_k_kernel_adds_partial_tiles_atomically():
     config = configs.choose_config(bound, a, b)
     assert config.config["split_k"] == 4
     assert "tl.atomic_add(" in bound.to_triton_code(config)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
+def test_the_ordered_split_counts_pieces_atomically_and_sums_them_in_order():
+    """The ordered split's one atomic is its count of a tile's finished pieces (acquire and
+    release: the last piece then reads the others' sums); the sums are plain stores and
+    loads, added piece by piece."""
+    a, b = torch.randn(32, 512), torch.randn(512, 16)
+    bound = ordered_split_k_kernel.bind((a, b, scaled(1.0)))
+    config = configs.choose_config(bound, a, b)
+    assert config.config["split_k"] == 4
+    code = bound.to_triton_code(config)
+    assert code.count("tl.atomic_add(") == 1 and "sem='acq_rel'" in code
+    assert "for offset_4 in tl.range(0, tl.cast(pieces, tl.int32))" in code
 
 
 def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monkeypatch):

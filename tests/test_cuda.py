@@ -367,8 +367,8 @@ def test_host_tensor_descriptors_are_made_for_every_call(monkeypatch):
 
 def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
     """Under torch.use_deterministic_algorithms(True) (on here: the poisoning fixture), a
-    split-K product (a.T @ g of a tall product) and one whose last wave splits under a
-    capture run the plain kernel: the same bits call after call."""
+    split-K product (a.T @ g of a tall product) runs the ordered split, and one whose last
+    wave splits under a capture the plain kernel: the same bits call after call."""
     monkeypatch.setattr(
         kernel, "deterministic_algorithms", torch.are_deterministic_algorithms_enabled
     )
@@ -380,6 +380,7 @@ def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
         first = kernel.launch_mm(a, b)
         assert all(torch.equal(first, kernel.launch_mm(a, b)) for _ in range(3))
     used = {key[0] for key in kernel._compiled}
+    assert kernel.ordered_split_k_kernel in used
     assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
 
 

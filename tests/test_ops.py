@@ -544,10 +544,12 @@ def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
     assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
 
 
-def test_deterministic_algorithms_keep_products_off_atomics(monkeypatch):
-    """Under torch.use_deterministic_algorithms(True) neither split-K nor the last-wave split
-    (fp32 atomics, last bits varying from run to run) runs: the plain kernel, correct, and
-    off the fast path, whose entry would outlive the switch."""
+def test_deterministic_algorithms_keep_products_off_atomic_sums(monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) neither split-K's atomic adds nor the
+    last-wave split (fp32 atomics, last bits varying from run to run) run: split-K products
+    take the ordered split (the pieces summed in order in the kernel), the others the plain
+    kernel; correct, the same bits every call, and off the fast path, whose entry would
+    outlive the switch."""
     split = configs.LastWaveSplit(16, eager=True)
     monkeypatch.setattr(kernel, "last_wave_split", lambda a, b: split)
     deterministic = [True]  # torch's switch is on throughout (the poisoning fixture)
@@ -557,11 +559,14 @@ def test_deterministic_algorithms_keep_products_off_atomics(monkeypatch):
     bias, a, b = make((16,), fp16), make((24, 600), fp16), make((600, 16), fp16)
     assert kernel.wants_split_k(24, 16, 600, fp16)
     check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
+    for args in ((bias, a, b), (None, a, b)):
+        first = kernel.launch_addmm(*args, 1.5, -0.5)
+        assert torch.equal(first, kernel.launch_addmm(*args, 1.5, -0.5))
     check_matmul(make((70, 90), fp16), make((90, 29), fp16))
     used = {key[0] for key in kernel._compiled}
-    assert kernel.matmul_kernel in used
+    assert {kernel.matmul_kernel, kernel.ordered_split_k_kernel} <= used
     assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
-    assert not kernel._fast_mm and not kernel._fast_addmm
+    assert not kernel._fast_mm and not kernel._fast_addmm and not kernel._fast_split
     deterministic[0] = False
     check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
     assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
@@ -634,7 +639,7 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     """Such a product runs the split-K kernel in eager calls and captures alike; after its
     first call, through the fast path's plan (``kernel._fast_split``), without ``_run``,
     whose cast reads each call's alpha. Under torch's determinism switch the same key runs
-    the plain kernel (NOTES 113)."""
+    the ordered split (NOTES 113, 125)."""
     assert kernel.wants_split_k(m, n, k, torch.float16)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
     assert configs.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
@@ -655,13 +660,13 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     assert launched == [kernel.split_k_kernel]  # the capture's forward: the fast path's plan
     monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: True)
     check_matmul(a, b)
-    assert launched[1:] == [kernel.matmul_kernel]
+    assert launched[1:] == [kernel.ordered_split_k_kernel]
 
 
 def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
     """A serving batch's product of few tiles and K past THIN_K (``configs.long_k_batch``;
     72x1024x4608 in fp16) runs the split-K kernel, its backward's products the plain one;
-    under torch's determinism switch the plain kernel (NOTES 116, 118)."""
+    under torch's determinism switch the ordered split (NOTES 116, 118, 125)."""
     m, k, n = 72, 4608, 1024
     assert configs.long_k_batch(m, n, k) and not configs.thin(m, n, k)
     assert not kernel.few_tiles_long_k(m, n, k)
@@ -675,7 +680,7 @@ def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
     launched.clear()
     x, y = a.detach(), b.detach()
     assert_matches("deterministic", kernel.launch_mm(x, y), x @ y, x.double() @ y.double())
-    assert launched == [kernel.matmul_kernel]
+    assert launched == [kernel.ordered_split_k_kernel]
 
 
 @pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)
