@@ -114,9 +114,11 @@ def pair_rule(
     )
 
 
-def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.Config:
+def choose_config(
+    bound_kernel: BoundKernel, *operands: torch.Tensor, table: bool = True
+) -> helion.Config:
     """The config for ``a @ b``, or for a pair's ``a1, b1, a2, b2``, without any search (rules
-    2 to 4 above)."""
+    2 to 4 above; ``table=False``: rules 3 and 4, what the product gets without an entry)."""
     if len(operands) == 5:  # last_wave_kernel's x_full, x_tail, y, out_full, partial
         return last_wave_config(bound_kernel, *operands)
     transposed = getattr(bound_kernel.kernel.fn, "transposed", False)
@@ -132,7 +134,7 @@ def choose_config(bound_kernel: BoundKernel, *operands: torch.Tensor) -> helion.
         return config
     device, dtype = operands[0].device, operands[0].dtype
     epilogue = epilogue_of(bound_kernel, len(mnks))
-    config = table_config(tuned_table(gpu_arch(device)), key, epilogue)
+    config = table_config(tuned_table(gpu_arch(device)), key, epilogue) if table else None
     if config is not None:
         return config
     if len(mnks) == 2:

@@ -3,9 +3,10 @@
 For the shapes asked for (``--shape``, any size; by default the standard target sets) it times
 (with the split-K kernel where the launchers use it), for the three matmuls of a forward and
 backward (``a @ b``, ``grad_out @ b.T``, ``a.T @ grad_out``), a list of candidate configs sized
-to the output plus Helion's own heuristic default against ``torch.mm`` on the same operands,
-and keeps the fastest. addmm's forward gets keys of its own, timed with its bias epilogue (an
-[M, N] bias, tritonbench's) against ``torch.addmm``. The backward's two products, where both
+to the output plus Helion's own heuristic default and the config the key runs without an entry
+(``candidates_of_key``) against ``torch.mm`` on the same operands, and keeps the fastest.
+addmm's forward gets keys of its own, timed with its bias epilogue (an [M, N] bias,
+tritonbench's) against ``torch.addmm``. The backward's two products, where both
 outputs are at most 4096x1024, are also timed as one launch of the pair kernel (layout 'rccr'
 or 'crrc', the longer K first) against two ``torch.mm`` and against our own two launches; the
 pair gets an entry only where it beats the latter (a pair without one is timed again on every
@@ -258,9 +259,10 @@ def _compile_into_cache(job: tuple) -> None:
 
 def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     """What the key gets without an entry (Helion's default; a pair's ``model_pair`` or
-    ``pair_rule``), then ``candidates_for`` (a pair's ``PAIR_CANDIDATES``). A split-K key in
-    fp16 or bf16 also times ``configs.split_rule``'s config on the GPU, which the runtime gives
-    it without an entry: an entry is never slower than the rule."""
+    ``pair_rule``), then ``candidates_for`` (a pair's ``PAIR_CANDIDATES``). On the GPU a
+    single product's key also times the config the runtime gives it without an entry
+    (``configs.choose_config`` without the table: the model's or a rule's, as deep as it runs
+    it), right after Helion's default: an entry is never slower than what it replaces."""
     m, n, k, _, layout, epilogue = key
     if len(layout) == 4:
         second = second_of_pair(m, n, k, layout)
@@ -271,12 +273,14 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
             _, args, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
             first = configs.model_pair(*args[:4], eager=True) or first
         return [first, *more]
-    bound, _, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
-    more = candidates_for(m, n, k, dtype, epilogue)
-    if wants_split_k(m, n, k, dtype) and dtype != torch.float32 and torch.cuda.is_available():
-        rule = configs.split_rule(m, n, k, configs.sm_count(torch.device("cuda")))
-        more = [rule, *(c for c in more if c != rule)]
-    return [bound.config_spec.default_config(), *more]
+    bound, args, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
+    default, more = bound.config_spec.default_config(), candidates_for(m, n, k, dtype, epilogue)
+    if torch.cuda.is_available():
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        rule = configs.choose_config(bound, *tensors, table=False)
+        if rule != default:
+            more = [rule, *(c for c in more if c != rule)]
+    return [default, *more]
 
 
 def training_candidates(key: tuple, dtype: torch.dtype, sms: int) -> list[helion.Config]:

@@ -744,30 +744,46 @@ def test_tune_starts_a_pair_with_its_rule():
     ]
 
 
-def test_tune_times_the_split_rules_config_on_a_split_key(monkeypatch):
-    """A serving batch's split-K key (200x3584x18944: 4 pieces of 128x256, which the tuner's
-    own candidates, 8 to 64 pieces, lack): the rule's config right after Helion's default."""
+def test_tune_times_what_a_key_gets_without_an_entry(monkeypatch):
+    """On the GPU a key's candidates start with Helion's default and the config the runtime
+    gives it without an entry (``choose_config`` without the table), each timed once: a
+    serving batch's split-K key (200x3584x18944: 4 pieces of 128x256 as deep as they fit,
+    which the tuner's own candidates, 8 to 64 pieces, lack), and a streaming product's plain
+    key (96x6656x5120: 64x128 tiles in 8 stages)."""
+    asked = []
 
     class Bound:
         class config_spec:
             default_config = staticmethod(lambda: "default")
 
-    monkeypatch.setattr(tune, "_bound", lambda *args, **kwargs: (Bound, None, None))
+    def without_table(bound, a, b, table=True):
+        asked.append(table)
+        m, k = a.shape
+        n = b.shape[1]
+        if wants_split_k(m, n, k, torch.bfloat16):
+            return configs.streaming(configs.split_rule(m, n, k, 132), 2, m, n, k)
+        rows, _ = configs.one_wave_stream(m, n, k, 132, splits=False)
+        plain = candidates.config(rows, 128, 64, 4, 4, "flat", "pointer")
+        return configs.streaming(plain, 2, m, n, k)
+
+    def bound(m, n, k, layout, epilogue, dtype, fill):
+        return Bound, (torch.empty(m, k, dtype=dtype), torch.empty(k, n, dtype=dtype)), None
+
+    monkeypatch.setattr(tune, "_bound", bound)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
-    key = (200, 3584, 18944, "bfloat16", "rr", "plain")
-    rule = configs.split_rule(200, 3584, 18944, 132)
-    assert rule not in candidates.SPLIT_CANDIDATES
-    assert tune.candidates_of_key(key, torch.bfloat16) == [
+    monkeypatch.setattr(configs, "choose_config", without_table)
+    split = (200, 3584, 18944, "bfloat16", "rr", "plain")
+    rule = configs.streaming(configs.split_rule(200, 3584, 18944, 132), 2, 200, 3584, 18944)
+    assert rule.config["split_k"] == 4 and rule not in candidates.SPLIT_CANDIDATES
+    assert tune.candidates_of_key(split, torch.bfloat16) == [
         "default",
         rule,
         *candidates.SPLIT_CANDIDATES,
     ]
-    # 1024x512x131072: the rule's 128x256 tiles in 8 pieces are one of them, timed once.
-    rule = configs.split_rule(1024, 512, 131072, 132)
-    timed = tune.candidates_of_key((1024, 512, 131072, "bfloat16", "cr", "plain"), torch.bfloat16)
-    assert timed[1] == rule and timed[2:].count(rule) == 0
-    assert len(timed) == 1 + len(candidates.SPLIT_CANDIDATES)
+    stream = tune.candidates_of_key((96, 6656, 5120, "bfloat16", "rc", "plain"), torch.bfloat16)
+    assert stream[1].config["block_sizes"] == [64, 128, 64]
+    assert stream[1].config["num_stages"] == 8 and stream[2:].count(stream[1]) == 0
+    assert asked == [False, False]
 
 
 def test_tune_compile_jobs_cover_every_candidate_once():
