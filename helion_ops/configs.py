@@ -499,6 +499,7 @@ STREAM_MIN_PIECE = 1024
 STREAM_COLUMNS = 128
 
 
+@functools.cache
 def one_wave_stream(
     m: int, n: int, k: int, sms: int, splits: bool = True
 ) -> tuple[int, int] | None:
@@ -506,7 +507,8 @@ def one_wave_stream(
     streaming product (``STREAM_ROWS`` and the rest above): the most programs of 128 columns
     that fit one wave of ``sms``, the plain kernel before a split and fewer pieces first on a
     tie; ``splits=False``: the plain kernel's only. None for other products, and where no
-    choice fits one wave."""
+    choice fits one wave. Cached: the launchers' slow path asks on every call (through
+    ``kernel.long_k_product``), and costing the splits takes about 24 microseconds."""
     if m not in STREAM_ROWS or k < STREAM_MIN_K or few_tiles_long_k(m, n, k):
         return None
     columns = math.ceil(n / STREAM_COLUMNS)
