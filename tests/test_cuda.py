@@ -435,7 +435,8 @@ def test_split_k_without_an_entry_runs_the_split_rule():
 def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, k, n, tile):
     """An MLP's down projection at a decode batch of 96 and a projection at 160 tokens
     (``configs.long_k_batch``): split-K on ``configs.split_rule``'s config (the second on
-    64x256 tiles), b row-major or a transposed view (nn.Linear's)."""
+    64x256 tiles) as deep as ``configs.streaming`` makes it, b row-major or a transposed
+    view (nn.Linear's)."""
     from test_ops import launches
 
     kernel.reset()
@@ -445,7 +446,8 @@ def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, 
     bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
     sms = configs.sm_count(a.device)
     chosen = configs.choose_config(bound, a, b)
-    assert chosen == configs.split_rule(m, n, k, sms) and chosen.config["split_k"] > 1
+    expected = configs.streaming(configs.split_rule(m, n, k, sms), 2, m, n, k)
+    assert chosen == expected and chosen.config["split_k"] > 1
     assert chosen.config["block_sizes"][:2] == tile
     check_matmul(a, b)
     assert launched[0] is kernel.split_k_kernel
@@ -453,7 +455,8 @@ def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, 
 
 def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     """The GPT-2 head's grad_out @ mat2.T at 4 tokens (``configs.thin``, K of 50257 off 16
-    bytes): split-K on ``configs.thin_split``'s config."""
+    bytes): split-K on ``configs.thin_split``'s config, as deep as ``configs.streaming``
+    makes it."""
     from test_ops import launches
 
     m, k, n = 4, 50257, 768
@@ -464,7 +467,8 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     assert configs.thin(m, n, k)
     bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
     sms = configs.sm_count(a.device)
-    assert configs.choose_config(bound, a, b) == configs.thin_split(m, n, k, sms)
+    expected = configs.streaming(configs.thin_split(m, n, k, sms), 2, m, n, k)
+    assert configs.choose_config(bound, a, b) == expected
     check_matmul(a, b)
     assert launched[0] is kernel.split_k_kernel
 
