@@ -33,6 +33,9 @@ LINEAR_DRAW_CSV = SHAPE_SETS / "linear_draw.csv"
 # Linear layers of 65-128 rows from models no earlier set holds, drawn on 2026-12-04 to test
 # configs.one_wave_stream (NOTES 125) before its first run.
 STREAM_DRAW_CSV = SHAPE_SETS / "stream_draw.csv"
+# Linear layers of 65-128 rows from models no earlier set holds, drawn on 2026-12-04 to test
+# one_wave_stream's 64x64 tiles (NOTES 126) before their first run.
+STREAM_SECOND_DRAW_CSV = SHAPE_SETS / "stream_second_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -60,6 +63,7 @@ HELD_OUT_SETS = [
     (BATCH_DRAW_CSV, 16),
     (LINEAR_DRAW_CSV, 16),
     (STREAM_DRAW_CSV, 16),
+    (STREAM_SECOND_DRAW_CSV, 20),
 ]
 
 
