@@ -155,7 +155,7 @@ def choose_config(
     if not (tma_only or transposed):
         stream = one_wave_stream(*mnks[0], sm_count(device), splits=False)
     if stream is not None:
-        config = plain_config(stream[0], STREAM_COLUMNS, 64, 4, 4, "flat", "pointer")
+        config = plain_config(stream.rows, stream.columns, 64, 4, 4, "flat", "pointer")
     else:
         batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
         config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
@@ -484,45 +484,61 @@ def long_k_batch(m: int, n: int, k: int) -> bool:
 # weight once (``model.bandwidth_bound``); its programs each stream their columns of it in a
 # deep pipeline (``streaming``), at most one an SM. What sets its time is how many SMs stream
 # in one wave: a second wave, even of a few programs, costs about as much as the first.
-# ``one_wave_stream`` picks 128x128 tiles (the weight read once), 64x128 (two row tiles) or
-# 128x128 split over K in equal pieces of at least STREAM_MIN_PIECE, whichever gives the most
-# programs that fit one wave. On the H200 (bf16, 'rc', under CUDA graphs, call 285, NOTES 125)
-# seven such products of no set ran fastest on the configs of most programs up to a wave, each
-# in one wave: 120x8704x3072 on 68 programs of 128x128 19.5 us against 26.1 on 136 of 64x128
-# (aten 17.5); 96x6656x5120 on 104 of 64x128 23.0 against 30.0 on 52 of 128x128; 80x4864x4864
-# in 3 pieces (114 programs) 18.4; 100x10752x4096 on 84 of 128x128 30.1 against 39.1 on 168 of
-# 64x128. Six of the seven took the measured best; 72x5632x4608's 132 programs in 3 pieces ran
-# 20.7 against 19.5 on 88 of 64x128.
+# ``one_wave_stream`` picks 128x128 tiles (the weight read once), 64x128 (two row tiles),
+# 128x128 split over K in equal pieces of at least STREAM_MIN_PIECE, or 64x64 (two row
+# tiles), whichever gives the most programs that fit one wave. On the H200 (bf16, 'rc', under
+# CUDA graphs, call 285, NOTES 125) seven such products of no set ran fastest on the configs
+# of most programs up to a wave, each in one wave: 120x8704x3072 on 68 programs of 128x128
+# 19.5 us against 26.1 on 136 of 64x128 (aten 17.5); 96x6656x5120 on 104 of 64x128 23.0
+# against 30.0 on 52 of 128x128; 80x4864x4864 in 3 pieces (114 programs) 18.4; 100x10752x4096
+# on 84 of 128x128 30.1 against 39.1 on 168 of 64x128. Six of the seven took the measured
+# best; 72x5632x4608's 132 programs in 3 pieces ran 20.7 against 19.5 on 88 of 64x128. Eight
+# more (call 288, NOTES 126), with 64x64, 128x64 and 128x256 tiles too: 64x64 where it alone
+# gives the most programs, 92x4096x2560 on 128 programs 8.6 us against 11.1 on 64 of 64x128
+# (aten 6.7), 76x3072x3072 on 96 10.8 against 12.6 in 3 pieces (72); where it ties a split
+# it lost (84x3584x5120: 112 programs, 15.7 against 14.7 in 4 pieces), so it comes last on a
+# tie; 128x64 and 128x256 never ran more than 3% faster than the rule's choice.
 STREAM_ROWS = range(THIN_ROWS + 1, 129)
 STREAM_MIN_K = 2048
 STREAM_MIN_PIECE = 1024
-STREAM_COLUMNS = 128
+
+
+class StreamTile(NamedTuple):
+    """``one_wave_stream``'s choice: the tile and the number of equal K pieces (1: plain)."""
+
+    rows: int
+    columns: int
+    pieces: int
 
 
 @functools.cache
-def one_wave_stream(
-    m: int, n: int, k: int, sms: int, splits: bool = True
-) -> tuple[int, int] | None:
-    """The row tile (128 or 64) and number of equal K pieces (1 for the plain kernel) of a
-    streaming product (``STREAM_ROWS`` and the rest above): the most programs of 128 columns
-    that fit one wave of ``sms``, the plain kernel before a split and fewer pieces first on a
-    tie; ``splits=False``: the plain kernel's only. None for other products, and where no
-    choice fits one wave. Cached: the launchers' slow path asks on every call (through
-    ``kernel.long_k_product``), and costing the splits takes about 24 microseconds."""
+def one_wave_stream(m: int, n: int, k: int, sms: int, splits: bool = True) -> StreamTile | None:
+    """The tile and number of equal K pieces of a streaming product (``STREAM_ROWS`` and the
+    rest above): the most programs that fit one wave of ``sms``; on a tie the plain kernel
+    of 128 columns, then fewer pieces, then 64x64 tiles; ``splits=False``: the plain
+    kernel's only. None for other products, and where no choice fits one wave. Cached: the
+    launchers' slow path asks on every call (through ``kernel.long_k_product``), and costing
+    the splits takes about 24 microseconds."""
     if m not in STREAM_ROWS or k < STREAM_MIN_K or few_tiles_long_k(m, n, k):
         return None
-    columns = math.ceil(n / STREAM_COLUMNS)
-    options = [(columns, 128, 1), (2 * columns, 64, 1)]
+    options = [
+        StreamTile(128, 128, 1),
+        StreamTile(64, 128, 1),
+        StreamTile(64, 64, 1),
+    ]
     if splits:
         for split in range(2, 65):
             pieces = math.ceil(k / split_k_block(k, split))
             if k // pieces >= STREAM_MIN_PIECE:
-                options.append((columns * pieces, 128, pieces))
-    fitting = [(programs, -pieces, rows) for programs, rows, pieces in options if programs <= sms]
+                options.append(StreamTile(128, 128, pieces))
+
+    def programs(tile: StreamTile) -> int:
+        return math.ceil(m / tile.rows) * math.ceil(n / tile.columns) * tile.pieces
+
+    fitting = [tile for tile in options if programs(tile) <= sms]
     if not fitting:
         return None
-    _, pieces, rows = max(fitting)
-    return rows, -pieces
+    return max(fitting, key=lambda t: (programs(t), t.columns, -t.pieces, t.rows))
 
 
 # Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
@@ -666,7 +682,7 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
         return thin_split(m, n, k, sms)
     stream = one_wave_stream(m, n, k, sms)
     if stream is not None:
-        return split_config(128, STREAM_COLUMNS, 64, stream[1], 4)
+        return split_config(128, 128, 64, stream.pieces, 4)  # (its splits' tile)
     if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
         return least_cost_split(m, n, k, sms, BATCH_SPLIT_TILES)
     return least_cost_split(m, n, k, sms, SPLIT_TILES)

@@ -11,7 +11,7 @@ long K (``configs.long_k_batch``), and thin ones (``configs.thin``) whose K load
 element, go to ``split_k_kernel`` instead (``wants_split_k``, where
 its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
 the bias and cast (under ``torch.use_deterministic_algorithms(True)``,
-``ordered_split_k_kernel``: the pieces summed in order in the kernel, the epilogue fused);
+``split_k_pieces_kernel``: each piece's sums stored apart, then summed by torch.sum);
 other products of a few rows run narrow tiles (``configs.few_rows``).
 The backward's two products, where both are small (``wants_pair``) or the wave model predicts
 it faster (``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop
@@ -137,36 +137,20 @@ def _matmul_split_k(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _matmul_split_k_ordered(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    epilogue: Epilogue = lambda acc, tile: acc,
-) -> torch.Tensor:
-    # _matmul_split_k's pieces, each stored apart in fp32; the last piece of an output tile to
-    # finish (a counter per tile, acquire-release) adds them in piece order and runs the
-    # epilogue: one launch, the same bits every run.
+def _matmul_split_k_pieces(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    # _matmul_split_k's pieces, each stored apart in fp32 (no atomics): the caller sums them
+    # in a fixed order, for the same bits every run.
     m, k = x.size()
     _, n = y.size()
-    out = torch.empty([m, n], dtype=x.dtype, device=x.device)
     split_k = hl.register_tunable("split_k", IntegerFragment(1, 256, 16))
     k_block = helion.cdiv(helion.cdiv(k, split_k), 64) * 64
-    pieces = helion.cdiv(k, k_block)
-    sums = torch.empty([pieces, m, n], dtype=torch.float32, device=x.device)
-    # A counter per output tile: a dot's tiles are at least 16x16.
-    arrived = torch.zeros(
-        [helion.cdiv(m, 16), helion.cdiv(n, 16)], dtype=torch.int32, device=x.device
-    )
+    sums = torch.empty([helion.cdiv(k, k_block), m, n], dtype=torch.float32, device=x.device)
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_block]):
         acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
         for inner_k in hl.tile(outer_k.begin, outer_k.end):
             acc = torch.addmm(acc, x[tile_m, inner_k], y[inner_k, tile_n])
         sums[outer_k.id, tile_m, tile_n] = acc
-        if hl.atomic_add(arrived, [tile_m.id, tile_n.id], 1, sem="acq_rel") == pieces - 1:
-            total = hl.zeros([tile_m, tile_n], dtype=torch.float32)
-            for piece in hl.grid(pieces):
-                total = total + sums[piece, tile_m, tile_n]
-            out[tile_m, tile_n] = epilogue(total, (tile_m, tile_n))
-    return out
+    return sums
 
 
 def _matmul_pair(
@@ -260,10 +244,10 @@ transposed_kernel = _make_kernel(_matmul_transposed, "ieee")
 # bits, vary from run to run).
 split_k_kernel = _make_kernel(_matmul_split_k, "ieee")
 split_k_kernel_tf32 = _make_kernel(_matmul_split_k, "tf32")
-# The same split where the bits must not vary (torch.use_deterministic_algorithms(True)): the
-# pieces summed in order inside the kernel, the epilogue fused, no atomic add of the sums.
-ordered_split_k_kernel = _make_kernel(_matmul_split_k_ordered, "ieee")
-ordered_split_k_kernel_tf32 = _make_kernel(_matmul_split_k_ordered, "tf32")
+# The same split where the bits must not vary (torch.use_deterministic_algorithms(True)): each
+# piece's fp32 sums stored apart, then summed by torch.sum (a fixed order), no atomics.
+split_k_pieces_kernel = _make_kernel(_matmul_split_k_pieces, "ieee")
+split_k_pieces_kernel_tf32 = _make_kernel(_matmul_split_k_pieces, "tf32")
 # Two small products in one launch (the backward's grad_out @ b.T and a.T @ grad_out): each
 # alone fills half the SMs or less, so together they take about the time of one.
 pair_kernel = _make_kernel(_matmul_pair, "ieee")
@@ -283,8 +267,8 @@ WIDE = {
         transposed_kernel,
         split_k_kernel,
         split_k_kernel_tf32,
-        ordered_split_k_kernel,
-        ordered_split_k_kernel_tf32,
+        split_k_pieces_kernel,
+        split_k_pieces_kernel_tf32,
         pair_kernel,
         pair_kernel_tf32,
         last_wave_kernel,
@@ -509,11 +493,11 @@ def _halved_tiles(config: helion.Config) -> helion.Config | None:
 
 
 def _kernel_for(
-    dtype: torch.dtype, split_k: bool = False, pair: bool = False, ordered: bool = False
+    dtype: torch.dtype, split_k: bool = False, pair: bool = False, pieces: bool = False
 ) -> helion.Kernel:
     tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    if split_k and ordered:
-        return ordered_split_k_kernel_tf32 if tf32 else ordered_split_k_kernel
+    if split_k and pieces:
+        return split_k_pieces_kernel_tf32 if tf32 else split_k_pieces_kernel
     if split_k:
         return split_k_kernel_tf32 if tf32 else split_k_kernel
     if pair:
@@ -529,7 +513,7 @@ def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     a long K (``configs.long_k_batch``)."""
     stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
     if stream:
-        return stream[1] > 1
+        return stream.pieces > 1
     return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and long_k_batch(m, n, k))
 
 
@@ -795,7 +779,7 @@ def launch_addmm(
 
     # Split-K and the last-wave split add fp32 partial sums with atomics, in an order (hence
     # last bits) that varies from run to run: under torch.use_deterministic_algorithms(True)
-    # split-K products run ``ordered_split_k_kernel`` (the pieces summed in order) and the
+    # split-K products run ``split_k_pieces_kernel`` (the pieces summed by torch.sum) and the
     # others the plain kernel. (Helion's ref mode, for tests, runs without a config, and
     # split_k is one.) A long-K product (``long_k_product``: few tiles, a
     # serving batch's, NOTES 116 and 118, or a streaming one, NOTES 125) splits where K loads
@@ -825,8 +809,8 @@ def launch_addmm(
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b), fast=fast)
         return _split_k_result(partial, bias, alpha, beta, a)
     if split_k:
-        ordered = _kernel_for(a.dtype, split_k=True, ordered=True)
-        return _run_fused(ordered, bias, a, b, alpha, beta)
+        pieces = _run(_kernel_for(a.dtype, split_k=True, pieces=True), (a, b))
+        return _finish_split_k(pieces.sum(0), bias, alpha, beta, a.new_empty((m, n)))
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
         if split.eager or capturing(a):

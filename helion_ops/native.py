@@ -271,9 +271,11 @@ def backward(
 
     mm, mm_pair = autograd._backward_products()
     needs, columns = (need1, need2), (column1, column2)
-    if not record:
+    # Under torch's determinism switch split-K products sum their pieces outside a kernel,
+    # which a recipe cannot replay: the next backward without the switch records.
+    if not record or kernel.deterministic_algorithms():
         grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
-        return (*grads, None)
+        return (*grads, False if record else None)
     compiled = len(kernel._compiled)
     with plans.recorded() as launches:
         grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)

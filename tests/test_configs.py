@@ -20,10 +20,10 @@ from helion_ops.kernel import (
     matmul_kernel,
     matmul_kernel_tf32,
     modelled,
-    ordered_split_k_kernel,
     pair_kernel,
     scaled,
     split_k_kernel,
+    split_k_pieces_kernel,
     transposed_kernel,
     wants_pair,
     wants_split_k,
@@ -273,17 +273,15 @@ def test_split_k_kernel_adds_partial_tiles_atomically():
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
-def test_the_ordered_split_counts_pieces_atomically_and_sums_them_in_order():
-    """The ordered split's one atomic is its count of a tile's finished pieces (acquire and
-    release: the last piece then reads the others' sums); the sums are plain stores and
-    loads, added piece by piece."""
-    a, b = torch.randn(32, 512), torch.randn(512, 16)
-    bound = ordered_split_k_kernel.bind((a, b, scaled(1.0)))
+def test_the_split_in_pieces_stores_each_piece_without_atomics():
+    """The deterministic split stores each K piece's sums in a slice of its own (no atomic
+    add), one slice per piece of ``split_k``'s cut."""
+    a, b = torch.randn(32, 500), torch.randn(500, 16)
+    bound = split_k_pieces_kernel.bind((a, b))
     config = configs.choose_config(bound, a, b)
     assert config.config["split_k"] == 4
-    code = bound.to_triton_code(config)
-    assert code.count("tl.atomic_add(") == 1 and "sem='acq_rel'" in code
-    assert "for offset_4 in tl.range(0, tl.cast(pieces, tl.int32))" in code
+    assert "atomic" not in bound.to_triton_code(config)
+    assert bound(a, b).shape == (4, 32, 16)  # pieces of 128, the last of 116
 
 
 def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monkeypatch):
@@ -552,21 +550,27 @@ def test_a_bandwidth_bound_products_flat_tiles_run_as_many_stages_as_shared_memo
 
 
 def test_a_streaming_products_programs_fill_one_wave_at_most():
-    """65-128 rows and a K of at least 2048: 128x128 tiles, 64x128 (two row tiles) or 128x128
-    split over K in pieces of at least 1024, whichever gives the most programs that fit one
-    wave (132 SMs); on a tie the plain kernel, then fewer pieces. On the H200 (call 285) these
-    are the fastest configs timed on five of the probe shapes."""
-    assert configs.one_wave_stream(120, 8704, 3072, 132) == (128, 1)  # 68; 136 is two waves
-    assert configs.one_wave_stream(96, 6656, 5120, 132) == (64, 1)  # 104, as a split in 2
-    assert configs.one_wave_stream(80, 4864, 4864, 132) == (128, 3)  # 114
-    assert configs.one_wave_stream(112, 3840, 6144, 132) == (128, 4)  # 120
-    assert configs.one_wave_stream(100, 10752, 4096, 132) == (128, 1)  # 84
+    """65-128 rows and a K of at least 2048: 128x128 tiles, 64x128 (two row tiles), 128x128
+    split over K in pieces of at least 1024 or 64x64 (two row tiles), whichever gives the
+    most programs that fit one wave (132 SMs); on a tie the plain kernel of 128 columns, then
+    fewer pieces, then 64x64. On the H200 (calls 285 and 288) these are the fastest configs
+    timed, or within 1%, on seven of the probe shapes."""
+    tile = configs.StreamTile
+    assert configs.one_wave_stream(120, 8704, 3072, 132) == tile(128, 128, 1)  # 68
+    assert configs.one_wave_stream(96, 6656, 5120, 132) == tile(64, 128, 1)  # 104, as 2 pieces
+    assert configs.one_wave_stream(80, 4864, 4864, 132) == tile(128, 128, 3)  # 114
+    assert configs.one_wave_stream(112, 3840, 6144, 132) == tile(128, 128, 4)  # 120
+    assert configs.one_wave_stream(100, 10752, 4096, 132) == tile(128, 128, 1)  # 84
+    assert configs.one_wave_stream(92, 4096, 2560, 132) == tile(64, 64, 1)  # 128
+    assert configs.one_wave_stream(76, 3072, 3072, 132) == tile(64, 64, 1)  # 96; 72 in 3
+    assert configs.one_wave_stream(84, 3584, 5120, 132) == tile(128, 128, 4)  # 112, as 64x64
     # A batch training shape whose splits call 266 timed (128x256 in 3 pieces fastest, 120
     # programs): 80 programs of 128x128, not timed then.
-    assert configs.one_wave_stream(72, 10240, 8192, 132) == (128, 1)
-    assert configs.one_wave_stream(80, 4864, 4864, 132, splits=False) == (64, 1)  # 76
-    assert configs.one_wave_stream(100, 2048, 8192, 132) == (128, 8)  # pieces of 1024
-    assert configs.one_wave_stream(100, 4096, 2048, 132) == (64, 1)  # 2 pieces at most
+    assert configs.one_wave_stream(72, 10240, 8192, 132) == tile(128, 128, 1)
+    assert configs.one_wave_stream(80, 4864, 4864, 132, splits=False) == tile(64, 128, 1)
+    assert configs.one_wave_stream(84, 3584, 5120, 132, splits=False) == tile(64, 64, 1)
+    assert configs.one_wave_stream(100, 2048, 8192, 132) == tile(128, 128, 8)  # pieces of 1024
+    assert configs.one_wave_stream(100, 4096, 2048, 132) == tile(64, 64, 1)  # 2 pieces at most
     for outside in [(64, 8704, 3072), (129, 8704, 3072), (120, 8704, 2047), (100, 1024, 8192)]:
         assert configs.one_wave_stream(*outside, 132) is None
     assert configs.one_wave_stream(100, 18944, 3584, 132) is None  # 148 columns of 128
@@ -762,8 +766,8 @@ def test_tune_times_what_a_key_gets_without_an_entry(monkeypatch):
         n = b.shape[1]
         if wants_split_k(m, n, k, torch.bfloat16):
             return configs.streaming(configs.split_rule(m, n, k, 132), 2, m, n, k)
-        rows, _ = configs.one_wave_stream(m, n, k, 132, splits=False)
-        plain = candidates.config(rows, 128, 64, 4, 4, "flat", "pointer")
+        tile = configs.one_wave_stream(m, n, k, 132, splits=False)
+        plain = candidates.config(tile.rows, tile.columns, 64, 4, 4, "flat", "pointer")
         return configs.streaming(plain, 2, m, n, k)
 
     def bound(m, n, k, layout, epilogue, dtype, fill):

@@ -209,10 +209,15 @@ def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
 
 
 @pytest.mark.parametrize(
-    "m,n,k,rows,pieces",
-    [(120, 8704, 3072, 128, 1), (96, 6656, 5120, 64, 1), (80, 4864, 4864, 128, 3)],
+    "m,n,k,rows,columns,pieces",
+    [
+        (120, 8704, 3072, 128, 128, 1),
+        (96, 6656, 5120, 64, 128, 1),
+        (80, 4864, 4864, 128, 128, 3),
+        (92, 4096, 2560, 64, 64, 1),
+    ],
 )
-def test_a_streaming_product_runs_the_one_wave_choice(monkeypatch, m, n, k, rows, pieces):
+def test_a_streaming_product_runs_the_one_wave_choice(monkeypatch, m, n, k, rows, columns, pieces):
     """A linear layer's x @ w.T of 65-128 rows (no entry): the tile and K pieces of
     ``configs.one_wave_stream``, as deep as shared memory holds; forward and backward match
     float64."""
@@ -223,7 +228,7 @@ def test_a_streaming_product_runs_the_one_wave_choice(monkeypatch, m, n, k, rows
     if pieces == 1:
         bound = kernel.matmul_kernel.bind((x, w_t, kernel.scaled(1.0)))
         expected = configs.streaming(
-            candidates.config(rows, 128, 64, 4, 4, "flat", "pointer"), 2, m, n, k
+            candidates.config(rows, columns, 64, 4, 4, "flat", "pointer"), 2, m, n, k
         )
     else:
         bound = kernel.split_k_kernel.bind((x, w_t))
@@ -367,7 +372,7 @@ def test_host_tensor_descriptors_are_made_for_every_call(monkeypatch):
 
 def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
     """Under torch.use_deterministic_algorithms(True) (on here: the poisoning fixture), a
-    split-K product (a.T @ g of a tall product) runs the ordered split, and one whose last
+    split-K product (a.T @ g of a tall product) runs the split in pieces, and one whose last
     wave splits under a capture the plain kernel: the same bits call after call."""
     monkeypatch.setattr(
         kernel, "deterministic_algorithms", torch.are_deterministic_algorithms_enabled
@@ -380,7 +385,7 @@ def test_deterministic_algorithms_give_the_same_bits_every_run(monkeypatch):
         first = kernel.launch_mm(a, b)
         assert all(torch.equal(first, kernel.launch_mm(a, b)) for _ in range(3))
     used = {key[0] for key in kernel._compiled}
-    assert kernel.ordered_split_k_kernel in used
+    assert kernel.split_k_pieces_kernel in used
     assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
 
 

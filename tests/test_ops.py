@@ -547,7 +547,7 @@ def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
 def test_deterministic_algorithms_keep_products_off_atomic_sums(monkeypatch):
     """Under torch.use_deterministic_algorithms(True) neither split-K's atomic adds nor the
     last-wave split (fp32 atomics, last bits varying from run to run) run: split-K products
-    take the ordered split (the pieces summed in order in the kernel), the others the plain
+    store their pieces apart for torch.sum (``split_k_pieces_kernel``), the others the plain
     kernel; correct, the same bits every call, and off the fast path, whose entry would
     outlive the switch."""
     split = configs.LastWaveSplit(16, eager=True)
@@ -559,12 +559,13 @@ def test_deterministic_algorithms_keep_products_off_atomic_sums(monkeypatch):
     bias, a, b = make((16,), fp16), make((24, 600), fp16), make((600, 16), fp16)
     assert kernel.wants_split_k(24, 16, 600, fp16)
     check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
-    for args in ((bias, a, b), (None, a, b)):
+    x, y = a.detach(), b.detach()  # (the launchers run inside the autograd Functions)
+    for args in ((bias.detach(), x, y), (None, x, y)):
         first = kernel.launch_addmm(*args, 1.5, -0.5)
         assert torch.equal(first, kernel.launch_addmm(*args, 1.5, -0.5))
     check_matmul(make((70, 90), fp16), make((90, 29), fp16))
     used = {key[0] for key in kernel._compiled}
-    assert {kernel.matmul_kernel, kernel.ordered_split_k_kernel} <= used
+    assert {kernel.matmul_kernel, kernel.split_k_pieces_kernel} <= used
     assert not used & {kernel.split_k_kernel, kernel.last_wave_kernel}
     assert not kernel._fast_mm and not kernel._fast_addmm and not kernel._fast_split
     deterministic[0] = False
@@ -639,7 +640,7 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     """Such a product runs the split-K kernel in eager calls and captures alike; after its
     first call, through the fast path's plan (``kernel._fast_split``), without ``_run``,
     whose cast reads each call's alpha. Under torch's determinism switch the same key runs
-    the ordered split (NOTES 113, 125)."""
+    the split in pieces (NOTES 113, 126)."""
     assert kernel.wants_split_k(m, n, k, torch.float16)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
     assert configs.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
@@ -660,13 +661,13 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     assert launched == [kernel.split_k_kernel]  # the capture's forward: the fast path's plan
     monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: True)
     check_matmul(a, b)
-    assert launched[1:] == [kernel.ordered_split_k_kernel]
+    assert launched[1:] == [kernel.split_k_pieces_kernel]
 
 
 def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
     """A serving batch's product of few tiles and K past THIN_K (``configs.long_k_batch``;
     72x1024x4608 in fp16) runs the split-K kernel, its backward's products the plain one;
-    under torch's determinism switch the ordered split (NOTES 116, 118, 125)."""
+    under torch's determinism switch the split in pieces (NOTES 116, 118, 126)."""
     m, k, n = 72, 4608, 1024
     assert configs.long_k_batch(m, n, k) and not configs.thin(m, n, k)
     assert not kernel.few_tiles_long_k(m, n, k)
@@ -680,7 +681,7 @@ def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
     launched.clear()
     x, y = a.detach(), b.detach()
     assert_matches("deterministic", kernel.launch_mm(x, y), x @ y, x.double() @ y.double())
-    assert launched == [kernel.ordered_split_k_kernel]
+    assert launched == [kernel.split_k_pieces_kernel]
 
 
 @pytest.mark.parametrize("bias_shape", [(3, 576), (576,), (3, 1)], ids=str)

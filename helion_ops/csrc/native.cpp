@@ -322,7 +322,7 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
       }
       if (recipe != nullptr && recipe->atomics &&
           at::globalContext().deterministicAlgorithms()) {
-        // Under torch's determinism switch the Python path runs the plain kernel instead.
+        // Under torch's determinism switch the Python path runs its products without atomics.
         recipe = nullptr;
         key.clear();
       }
@@ -412,7 +412,7 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
     return py::bool_(false);
   }
   if (entry->forward.split_k && at::globalContext().deterministicAlgorithms()) {
-    return py::bool_(false);  // the Python path runs the plain kernel under the switch
+    return py::bool_(false);  // the Python path runs the split in pieces under the switch
   }
   const bool grad = torch::autograd::GradMode::is_enabled() &&
                     (a.requires_grad() || b.requires_grad() || (with_bias && bias.requires_grad()));
