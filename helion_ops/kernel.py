@@ -831,23 +831,9 @@ def launch_addmm(
         elif not deterministic and not split.eager:
             plans = _fast_eager
     fast = (plans, key) if plans is not None and key is not None else None
-    return _run_fused(kernel, bias, a, b, alpha, beta, fast)
-
-
-def _run_fused(
-    kernel: helion.Kernel,
-    bias: torch.Tensor | None,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    alpha: float,
-    beta: float,
-    fast: tuple[dict[tuple[Any, ...], LaunchPlan], tuple[Any, ...]] | None = None,
-) -> torch.Tensor:
-    """``_run`` of ``kernel`` on ``a @ b`` with addmm's scaling and bias in its epilogue
-    (``scaled`` where there is no bias)."""
     if bias is None:
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
-    bias_mn = bias.expand(a.shape[0], b.shape[1])
+    bias_mn = bias.expand(m, n)
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
 
 

@@ -259,6 +259,25 @@ def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
         assert_matches("no grad", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
 
 
+def test_no_backward_is_recorded_under_the_determinism_switch(monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) a split-K product sums its pieces with
+    torch.sum, which no recipe replays: the Python backward records nothing and asks to
+    record again (False), not to stay on Python for good (None)."""
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: True)
+    kernel.reset()
+    grad_out = make((24, 16), torch.float16)
+    mat1, mat2 = make((24, 600), torch.float16), make((600, 16), torch.float16)
+    recordings, recorded = [], plans.recorded
+    monkeypatch.setattr(plans, "recorded", lambda: recordings.append(1) or recorded())
+    args = (grad_out.detach(), mat1.detach(), mat2.detach(), True, True, 1.0, False, False)
+    grad1, grad2, recipe = native.backward(*args, True)
+    assert recipe is False and not recordings
+    assert native.backward(*args, False)[2] is None
+    want = (grad_out.double() @ mat2.double().T, mat1.double().T @ grad_out.double())
+    assert_matches("grad of mat1", grad1, grad_out @ mat2.T, want[0])
+    assert_matches("grad of mat2", grad2, mat1.T @ grad_out, want[1])
+
+
 @needs_cuda
 def test_a_backward_that_compiles_is_recorded_again(extension):
     """A key learned without grad: its first backward compiles the backward's kernels (a
