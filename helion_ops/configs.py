@@ -538,7 +538,7 @@ def one_wave_stream(m: int, n: int, k: int, sms: int, splits: bool = True) -> St
     fitting = [tile for tile in options if programs(tile) <= sms]
     if not fitting:
         return None
-    return max(fitting, key=lambda t: (programs(t), t.columns, -t.pieces, t.rows))
+    return max(fitting, key=lambda t: (programs(t), t.columns, -t.pieces))
 
 
 # Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
