@@ -810,7 +810,7 @@ def launch_addmm(
         return _split_k_result(partial, bias, alpha, beta, a)
     if split_k:
         pieces = _run(_kernel_for(a.dtype, split_k=True, pieces=True), (a, b))
-        return _finish_split_k(pieces.sum(0), bias, alpha, beta, a.new_empty((m, n)))
+        return _split_k_result(pieces.sum(0), bias, alpha, beta, a)
     split = last_wave_split(a, b)
     if split is not None and not deterministic:
         if split.eager or capturing(a):
