@@ -155,7 +155,8 @@ def choose_config(
     if not (tma_only or transposed):
         stream = one_wave_stream(*mnks[0], sm_count(device), splits=False)
     if stream is not None:
-        config = plain_config(stream.rows, stream.columns, 64, 4, 4, "flat", "pointer")
+        # Two stages: ``streaming`` deepens it to what shared memory holds.
+        config = plain_config(stream.rows, stream.columns, stream.block_k, 4, 2, "flat", "pointer")
     else:
         batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
         config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
@@ -497,18 +498,24 @@ def long_k_batch(m: int, n: int, k: int) -> bool:
 # gives the most programs, 92x4096x2560 on 128 programs 8.6 us against 11.1 on 64 of 64x128
 # (aten 6.7), 76x3072x3072 on 96 10.8 against 12.6 in 3 pieces (72); where it ties a split
 # it lost (84x3584x5120: 112 programs, 15.7 against 14.7 in 4 pieces), so it comes last on a
-# tie; 128x64 and 128x256 never ran more than 3% faster than the rule's choice.
+# tie; 128x64 and 128x256 never ran more than 3% faster than the rule's choice. The 64x64
+# tile steps K by 256 (3 stages, as many as fit): on the four products of no set where it
+# ran (call 292, NOTES 127) 1.02-1.11x as fast as by 64 in 8 stages (76x3072x3072 10.9 ->
+# 9.8 us, 92x4096x2560 8.6 -> 8.5, 66x2560x10240 33.2 -> 30.2); the other tiles ran 0.82-1.08x
+# as fast by 128 (64x128 faster on four of nine), 0.52-0.94x by 256.
 STREAM_ROWS = range(THIN_ROWS + 1, 129)
 STREAM_MIN_K = 2048
 STREAM_MIN_PIECE = 1024
 
 
 class StreamTile(NamedTuple):
-    """``one_wave_stream``'s choice: the tile and the number of equal K pieces (1: plain)."""
+    """``one_wave_stream``'s choice: the tile, the number of equal K pieces (1: plain) and
+    the K step of a plain tile's loop."""
 
     rows: int
     columns: int
     pieces: int
+    block_k: int = 64
 
 
 @functools.cache
@@ -524,7 +531,7 @@ def one_wave_stream(m: int, n: int, k: int, sms: int, splits: bool = True) -> St
     options = [
         StreamTile(128, 128, 1),
         StreamTile(64, 128, 1),
-        StreamTile(64, 64, 1),
+        StreamTile(64, 64, 1, 256),
     ]
     if splits:
         for split in range(2, 65):

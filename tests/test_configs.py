@@ -551,29 +551,35 @@ def test_a_bandwidth_bound_products_flat_tiles_run_as_many_stages_as_shared_memo
 
 def test_a_streaming_products_programs_fill_one_wave_at_most():
     """65-128 rows and a K of at least 2048: 128x128 tiles, 64x128 (two row tiles), 128x128
-    split over K in pieces of at least 1024 or 64x64 (two row tiles), whichever gives the
-    most programs that fit one wave (132 SMs); on a tie the plain kernel of 128 columns, then
-    fewer pieces, then 64x64. On the H200 (calls 285 and 288) these are the fastest configs
-    timed, or within 1%, on seven of the probe shapes."""
+    split over K in pieces of at least 1024 or 64x64 (two row tiles, K stepped by 256),
+    whichever gives the most programs that fit one wave (132 SMs); on a tie the plain kernel
+    of 128 columns, then fewer pieces, then 64x64. On the H200 (calls 285 and 288) these are
+    the fastest configs timed, or within 1%, on seven of the probe shapes."""
     tile = configs.StreamTile
     assert configs.one_wave_stream(120, 8704, 3072, 132) == tile(128, 128, 1)  # 68
     assert configs.one_wave_stream(96, 6656, 5120, 132) == tile(64, 128, 1)  # 104, as 2 pieces
     assert configs.one_wave_stream(80, 4864, 4864, 132) == tile(128, 128, 3)  # 114
     assert configs.one_wave_stream(112, 3840, 6144, 132) == tile(128, 128, 4)  # 120
     assert configs.one_wave_stream(100, 10752, 4096, 132) == tile(128, 128, 1)  # 84
-    assert configs.one_wave_stream(92, 4096, 2560, 132) == tile(64, 64, 1)  # 128
-    assert configs.one_wave_stream(76, 3072, 3072, 132) == tile(64, 64, 1)  # 96; 72 in 3
+    assert configs.one_wave_stream(92, 4096, 2560, 132) == tile(64, 64, 1, 256)  # 128
+    assert configs.one_wave_stream(76, 3072, 3072, 132) == tile(64, 64, 1, 256)  # 96; 72 in 3
     assert configs.one_wave_stream(84, 3584, 5120, 132) == tile(128, 128, 4)  # 112, as 64x64
     # A batch training shape whose splits call 266 timed (128x256 in 3 pieces fastest, 120
     # programs): 80 programs of 128x128, not timed then.
     assert configs.one_wave_stream(72, 10240, 8192, 132) == tile(128, 128, 1)
     assert configs.one_wave_stream(80, 4864, 4864, 132, splits=False) == tile(64, 128, 1)
-    assert configs.one_wave_stream(84, 3584, 5120, 132, splits=False) == tile(64, 64, 1)
+    assert configs.one_wave_stream(84, 3584, 5120, 132, splits=False) == tile(64, 64, 1, 256)
     assert configs.one_wave_stream(100, 2048, 8192, 132) == tile(128, 128, 8)  # pieces of 1024
-    assert configs.one_wave_stream(100, 4096, 2048, 132) == tile(64, 64, 1)  # 2 pieces at most
+    assert configs.one_wave_stream(100, 4096, 2048, 132) == tile(64, 64, 1, 256)  # 2 pieces at most
     for outside in [(64, 8704, 3072), (129, 8704, 3072), (120, 8704, 2047), (100, 1024, 8192)]:
         assert configs.one_wave_stream(*outside, 132) is None
     assert configs.one_wave_stream(100, 18944, 3584, 132) is None  # 148 columns of 128
+    # K steps of 256 on 64x64 tiles: 3 stages of 64 KiB fit beside the output tile, and
+    # beside a bias tile too.
+    narrow = candidates.config(64, 64, 256, 4, 2, "flat", "pointer")
+    for tiles in (1, 2):
+        deepest = configs.streaming(narrow, 2, 92, 4096, 2560, tiles=tiles)
+        assert deepest.config["num_stages"] == 3
     # The launcher splits where the rule does, and the split-K rule cuts as many pieces.
     assert long_k_product(80, 4864, 4864, torch.bfloat16)
     assert configs.split_rule(80, 4864, 4864, 132).config["split_k"] == 3
@@ -767,7 +773,7 @@ def test_tune_times_what_a_key_gets_without_an_entry(monkeypatch):
         if wants_split_k(m, n, k, torch.bfloat16):
             return configs.streaming(configs.split_rule(m, n, k, 132), 2, m, n, k)
         tile = configs.one_wave_stream(m, n, k, 132, splits=False)
-        plain = candidates.config(tile.rows, tile.columns, 64, 4, 4, "flat", "pointer")
+        plain = candidates.config(tile.rows, tile.columns, tile.block_k, 4, 2, "flat", "pointer")
         return configs.streaming(plain, 2, m, n, k)
 
     def bound(m, n, k, layout, epilogue, dtype, fill):

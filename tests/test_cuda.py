@@ -209,15 +209,17 @@ def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
 
 
 @pytest.mark.parametrize(
-    "m,n,k,rows,columns,pieces",
+    "m,n,k,rows,columns,pieces,block_k",
     [
-        (120, 8704, 3072, 128, 128, 1),
-        (96, 6656, 5120, 64, 128, 1),
-        (80, 4864, 4864, 128, 128, 3),
-        (92, 4096, 2560, 64, 64, 1),
+        (120, 8704, 3072, 128, 128, 1, 64),
+        (96, 6656, 5120, 64, 128, 1, 64),
+        (80, 4864, 4864, 128, 128, 3, 64),
+        (92, 4096, 2560, 64, 64, 1, 256),
     ],
 )
-def test_a_streaming_product_runs_the_one_wave_choice(monkeypatch, m, n, k, rows, columns, pieces):
+def test_a_streaming_product_runs_the_one_wave_choice(
+    monkeypatch, m, n, k, rows, columns, pieces, block_k
+):
     """A linear layer's x @ w.T of 65-128 rows (no entry): the tile and K pieces of
     ``configs.one_wave_stream``, as deep as shared memory holds; forward and backward match
     float64."""
@@ -228,7 +230,7 @@ def test_a_streaming_product_runs_the_one_wave_choice(monkeypatch, m, n, k, rows
     if pieces == 1:
         bound = kernel.matmul_kernel.bind((x, w_t, kernel.scaled(1.0)))
         expected = configs.streaming(
-            candidates.config(rows, columns, 64, 4, 4, "flat", "pointer"), 2, m, n, k
+            candidates.config(rows, columns, block_k, 4, 2, "flat", "pointer"), 2, m, n, k
         )
     else:
         bound = kernel.split_k_kernel.bind((x, w_t))
