@@ -22,6 +22,7 @@ from helion_ops.kernel import (
     modelled,
     pair_kernel,
     scaled,
+    scaled_plus_bias,
     split_k_kernel,
     split_k_pieces_kernel,
     transposed_kernel,
@@ -399,7 +400,8 @@ def test_halved_tiles_halve_each_products_longer_side():
     assert _halved_tiles(helion.Config(num_stages=3)) is None
 
 
-# Compiles a generated module's kernel (bf16 operands) for sm90 and prints its shared memory.
+# Compiles a generated module's kernel (bf16 operands, 16-byte aligned as torch allocates
+# them, which Triton specializes on at launch) for sm90 and prints its shared memory.
 COMPILE_FOR_SM90 = """
 import importlib.util, sys, triton
 from triton.backends.compiler import GPUTarget
@@ -409,7 +411,10 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 (fn,) = [v for name, v in vars(module).items() if name.startswith("_helion_")]
 signature = {arg: "constexpr" if arg == "_NUM_SM" else "*bf16" for arg in fn.arg_names}
-source = ASTSource(fn, signature, constexprs={(fn.arg_names.index("_NUM_SM"),): 132})
+persistent = "_NUM_SM" in fn.arg_names
+constexprs = {(fn.arg_names.index("_NUM_SM"),): 132} if persistent else {}
+aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a != "_NUM_SM"}
+source = ASTSource(fn, signature, constexprs=constexprs, attrs=aligned)
 options = {"num_warps": int(sys.argv[2]), "num_stages": int(sys.argv[3])}
 print(triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared)
 """
@@ -464,6 +469,24 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     pipeline, out_tile = 4 * 2 * 128 * 64 * 2, 128 * 128 * 2
     shared = shared_memory_on_sm90(code, config, tmp_path)
     assert pipeline + out_tile <= shared < pipeline + out_tile + 2048
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_streaming_64x64_tile_stepping_k_by_256_fits_shared_memory(bias, tmp_path):
+    """``one_wave_stream``'s 64x64 tile steps K by 256 in as many stages as ``streaming``
+    counts beside the output tile (and an [m, n] bias tile): 3 of 64 KiB. Compiled for sm90,
+    the kernel of a linear layer's x @ w.T asks for no more than an H200's shared memory."""
+    m, n, k = 92, 4096, 2560
+    x, w_t = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(n, k, dtype=torch.bfloat16).T
+    tile = configs.one_wave_stream(m, n, k, 132, splits=False)
+    assert (tile.rows, tile.columns, tile.block_k) == (64, 64, 256)
+    plain = candidates.config(tile.rows, tile.columns, tile.block_k, 4, 2, "flat", "pointer")
+    config = configs.streaming(plain, 2, m, n, k, tiles=2 if bias else 1)
+    epilogue = scaled_plus_bias(1.0, 1.0, torch.randn(m, n, dtype=x.dtype)) if bias else scaled(1.0)
+    code = matmul_kernel.bind((x, w_t, epilogue)).to_triton_code(config)
+    pipeline = config.config["num_stages"] * (64 * 256 + 256 * 64) * 2
+    assert pipeline == 3 * 64 * 1024
+    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
 
 
 def test_an_epilogue_is_plain_or_loads_a_bias():
