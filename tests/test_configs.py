@@ -472,20 +472,28 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_streaming_64x64_tile_stepping_k_by_256_fits_shared_memory(bias, tmp_path):
-    """``one_wave_stream``'s 64x64 tile steps K by 256 in as many stages as ``streaming``
-    counts beside the output tile (and an [m, n] bias tile): 3 of 64 KiB. Compiled for sm90,
-    the kernel of a linear layer's x @ w.T asks for no more than an H200's shared memory."""
-    m, n, k = 92, 4096, 2560
+@pytest.mark.parametrize(
+    "m,n,k,tile",
+    [
+        (120, 8704, 3072, (128, 128, 64)),
+        (96, 6656, 5120, (64, 128, 64)),
+        (92, 4096, 2560, (64, 64, 256)),
+    ],
+)
+def test_a_streaming_products_plain_tile_fits_shared_memory(m, n, k, tile, bias, tmp_path):
+    """``one_wave_stream``'s plain tiles (64x64 stepping K by 256) run as many stages as
+    ``streaming`` counts beside the output tile (and an [m, n] bias tile). Compiled for sm90,
+    the kernel of a linear layer's x @ w.T holds them all and asks for no more than an H200's
+    shared memory."""
     x, w_t = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(n, k, dtype=torch.bfloat16).T
-    tile = configs.one_wave_stream(m, n, k, 132, splits=False)
-    assert (tile.rows, tile.columns, tile.block_k) == (64, 64, 256)
-    plain = candidates.config(tile.rows, tile.columns, tile.block_k, 4, 2, "flat", "pointer")
+    chosen = configs.one_wave_stream(m, n, k, 132, splits=False)
+    assert (chosen.rows, chosen.columns, chosen.block_k) == tile
+    plain = candidates.config(*tile, 4, 2, "flat", "pointer")
     config = configs.streaming(plain, 2, m, n, k, tiles=2 if bias else 1)
     epilogue = scaled_plus_bias(1.0, 1.0, torch.randn(m, n, dtype=x.dtype)) if bias else scaled(1.0)
     code = matmul_kernel.bind((x, w_t, epilogue)).to_triton_code(config)
-    pipeline = config.config["num_stages"] * (64 * 256 + 256 * 64) * 2
-    assert pipeline == 3 * 64 * 1024
+    bm, bn, bk = tile
+    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
     assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
 
 
