@@ -607,9 +607,9 @@ def test_a_streaming_products_programs_fill_one_wave_at_most():
     assert configs.one_wave_stream(100, 18944, 3584, 132) is None  # 148 columns of 128
     # K steps of 256 on 64x64 tiles: 3 stages of 64 KiB fit beside the output tile, and
     # beside a bias tile too.
-    narrow = candidates.config(64, 64, 256, 4, 2, "flat", "pointer")
+    by_256 = candidates.config(64, 64, 256, 4, 2, "flat", "pointer")
     for tiles in (1, 2):
-        deepest = configs.streaming(narrow, 2, 92, 4096, 2560, tiles=tiles)
+        deepest = configs.streaming(by_256, 2, 92, 4096, 2560, tiles=tiles)
         assert deepest.config["num_stages"] == 3
     # The launcher splits where the rule does, and the split-K rule cuts as many pieces.
     assert long_k_product(80, 4864, 4864, torch.bfloat16)
