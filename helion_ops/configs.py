@@ -502,7 +502,9 @@ def long_k_batch(m: int, n: int, k: int) -> bool:
 # tile steps K by 256 (3 stages, as many as fit): on the four products of no set where it
 # ran (call 292, NOTES 127) 1.02-1.11x as fast as by 64 in 8 stages (76x3072x3072 10.9 ->
 # 9.8 us, 92x4096x2560 8.6 -> 8.5, 66x2560x10240 33.2 -> 30.2); the other tiles ran 0.82-1.08x
-# as fast by 128 (64x128 faster on four of nine), 0.52-0.94x by 256.
+# as fast by 128 (64x128 faster on four of nine), 0.52-0.94x by 256. On the ten products of
+# our sets that run 64x64 (call 293, both layouts): 1.054x, 116x2304x2304 and 100x4096x2048
+# 'rc' 5-8% slower.
 STREAM_ROWS = range(THIN_ROWS + 1, 129)
 STREAM_MIN_K = 2048
 STREAM_MIN_PIECE = 1024
