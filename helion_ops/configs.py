@@ -64,6 +64,7 @@ from helion_ops.model import (
     split_k_block,
     split_of,
     tail_split,
+    vector_bytes,
 )
 from helion_ops.table import (
     TableKey,
@@ -149,10 +150,15 @@ def choose_config(
     a, b = operands
     if few_rows(a, b) and not transposed:  # (a few rows' product never runs transposed)
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
-    product, tma_only = model_product(a, b), not masks_vectorize(a, b)
+    product, vectorized = model_product(a, b), masks_vectorize(a, b)
+    # The fit of pointer candidates on aligned operands holds only where their masks load
+    # vectors; the factors of unaligned operands were measured on each candidate as it runs
+    # there (pointers and masks included), rows of 8 bytes favouring pointer tiles (1100^3:
+    # 128x128x64 pointers 13-16 us, 128x256x64 tensor descriptors 20-21; call 299).
+    tma_only = product.aligned and not vectorized
     break_ties = epilogue != "bias"
     stream = None
-    if not (tma_only or transposed):
+    if vectorized and not transposed:
         stream = one_wave_stream(*mnks[0], sm_count(device), splits=False)
     if stream is not None:
         # Two stages: ``streaming`` deepens it to what shared memory holds.
@@ -181,7 +187,23 @@ def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
     step's loads)."""
     layout = operand_layout(a) + operand_layout(b)
     aligned, sms = tma_aligned(a, b), sm_count(a.device)
-    return Product(*product_mnk(a, b), layout, aligned, sms, rows_off_lines(a, b))
+    mnk = product_mnk(a, b)
+    return Product(*mnk, layout, aligned, sms, rows_off_lines(a, b), row_bytes(a, b))
+
+
+def row_bytes(*tensors: torch.Tensor) -> int:
+    """The model's ``row_bytes``: the widest vector (in bytes, at most 16) that every row
+    (column, where column-major) of these 2-D tensors starts on, as the kernel sees them:
+    Helion bakes the strides into its code, Triton knows a base address 16-byte aligned or
+    not at all, and a tensor without a unit stride loads element by element."""
+    widths = []
+    for t in tensors:
+        size = t.element_size()
+        if 1 not in t.stride() or t.data_ptr() % 16:
+            widths.append(size)
+        else:
+            widths += [vector_bytes(s * size) for s in t.stride() if s != 1]
+    return min(widths, default=16)
 
 
 def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:

@@ -16,9 +16,13 @@ come out of it. ``a``, ``b`` and ``c`` are fit, per candidate and layout, by non
 squares on relative error over the aligned shapes of a training grid
 (``helion_ops.shapes.TRAINING_SHAPES``, timed by ``python -m helion_ops.tune --training``).
 Operands whose rows are not 16-byte aligned cannot use tensor descriptors (Helion silently
-falls back to pointer indexing, and every load is masked), so each candidate also gets one
-factor for them: the geometric mean of measured over predicted time on the unaligned
-training shapes. Rows that are 16-byte aligned but start off 128-byte lines (sizes such as
+falls back to pointer indexing, and every load is masked), so each candidate also gets a
+factor for them, per ``row_bytes`` (the widest vector their rows allow: 2, 4 or 8 bytes, as
+Triton reads them from the strides Helion bakes in), growing with K (``UNALIGNED_K``): fit by
+least squares on the logarithm of measured over predicted time on the unaligned training
+shapes of that class (H200, bf16: rows of 8 bytes 1.0-2.0x the aligned time, of 2 bytes
+2-12x; the longer the K, the more). Rows that are 16-byte aligned but start off 128-byte
+lines (sizes such as
 1000 or 3000, multiples of 8 elements but not of 64 in bf16) cost more too, the more the
 smaller the tile, and for pointer loads more than for tensor descriptors (H200, bf16:
 1.0-1.6x for each such operand): each candidate gets one factor for ``a`` and one for ``b``
@@ -260,6 +264,20 @@ def dense_off_lines(m: int, n: int, k: int, layout: str, itemsize: int) -> tuple
     return a_rows * itemsize % LINE_BYTES != 0, b_rows * itemsize % LINE_BYTES != 0
 
 
+def dense_row_bytes(m: int, n: int, k: int, layout: str, itemsize: int) -> int:
+    """The widest vector, in bytes (at most 16), that the rows (columns, where column-major)
+    of a dense product's ``a`` and ``b`` all start on: the largest power of two dividing
+    each one's leading dimension times the element size."""
+    a_rows = k if layout[0] == "r" else m
+    b_rows = n if layout[1] == "r" else k
+    return min(vector_bytes(rows * itemsize) for rows in (a_rows, b_rows))
+
+
+def vector_bytes(offset: int) -> int:
+    """The largest power of two, at most 16, that divides ``offset`` (bytes)."""
+    return min(16, offset & -offset) if offset else 16
+
+
 def pair_of(candidate: helion.Config) -> helion.Config:
     """A model candidate as ``pair_kernel``'s config: its tiles for each product, its warps,
     stages, programs and indexing (no flattening: the pair's programs branch between two
@@ -293,12 +311,20 @@ PREDICTED_TIE = 1.01
 
 NO_LINES = (False, False)
 
+# Unaligned operands' factors grow with K as (K / UNALIGNED_K) ** exponent, fit where a
+# candidate has UNALIGNED_TREND_POINTS timings or more of a row_bytes (``fit``), K clamped to
+# the Ks fit (900-7001 on the H200's records: no trend is known beyond).
+UNALIGNED_K = 2048
+UNALIGNED_TREND_POINTS = 4
+
 
 class Product(NamedTuple):
     """A product as the model sees it: ``m x n x k``, its operands' ``layout`` (e.g. 'rc'),
     whether they are 16-byte ``aligned`` (``configs.tma_aligned``), the GPU's SM count, and
     whether ``a``'s and ``b``'s rows start off 128-byte lines (``dense_off_lines``,
-    ``configs.rows_off_lines``; read only where aligned)."""
+    ``configs.rows_off_lines``; read only where aligned), and the widest vector in bytes (2,
+    4 or 8) that every operand's rows start on (``dense_row_bytes``, ``configs.row_bytes``;
+    read only where not aligned)."""
 
     m: int
     n: int
@@ -307,6 +333,7 @@ class Product(NamedTuple):
     aligned: bool
     sms: int
     off_lines: tuple[bool, bool] = NO_LINES
+    row_bytes: int = 2
 
 
 class Model:
@@ -317,12 +344,16 @@ class Model:
         self,
         candidates: Sequence[helion.Config],
         params: Sequence[dict],
-        unaligned: Sequence[float | None],
+        unaligned: Sequence[dict | None],
         off_line: Sequence[Sequence[float]] | None = None,
     ) -> None:
         self.candidates = list(candidates)
         self.params = list(params)  # per candidate: {layout: [a, b, c]}
-        self.unaligned = list(unaligned)  # per candidate: a factor, or None (never measured)
+        # Per candidate: {row_bytes: (factor at UNALIGNED_K, exponent of K / UNALIGNED_K, and
+        # the least and greatest K fit, to which K is clamped)}, or None (never measured).
+        self.unaligned = [
+            None if u is None else {int(rb): tuple(f) for rb, f in u.items()} for u in unaligned
+        ]
         # Per candidate: the factors for a's and b's rows off lines (1.0: never measured).
         self.off_line = [list(f) for f in off_line or [(1.0, 1.0)] * len(self.candidates)]
 
@@ -332,14 +363,20 @@ class Model:
         factor = self.factor(index, product)
         if coefficients is None or factor is None:
             return None
-        m, n, k, _, _, sms, _ = product
+        m, n, k, sms = product.m, product.n, product.k, product.sms
         x = features(self.candidates[index], m, n, k, sms)
         return factor * sum(c * f for c, f in zip(coefficients, x, strict=True))
 
     def factor(self, index: int, product: Product) -> float | None:
-        """Candidate ``index``'s factor for the operands' alignment, or None (no fit)."""
+        """Candidate ``index``'s factor for the operands' alignment, or None (no fit). Rows
+        of a vector width never measured take the factor of the widest narrower one."""
         if not product.aligned:
-            return self.unaligned[index]
+            fits = self.unaligned[index] or {}
+            measured = [rb for rb in fits if rb <= product.row_bytes]
+            if not measured:
+                return None
+            factor, exponent, k_min, k_max = fits[max(measured)]
+            return factor * (min(max(product.k, k_min), k_max) / UNALIGNED_K) ** exponent
         offsets = zip(self.off_line[index], product.off_lines, strict=True)
         return math.prod(f for f, off in offsets if off)
 
@@ -388,7 +425,7 @@ class Model:
     def best_split(self, product: Product) -> tuple[float, helion.Config, int] | None:
         """(predicted ms, candidate, rows in whole waves) of the fastest candidate with its
         last wave split over K (``last_wave``), or None where no candidate has one."""
-        m, n, k, layout, _, sms, _ = product
+        m, n, k, layout, sms = product.m, product.n, product.k, product.layout, product.sms
         best = None
         for i, candidate in enumerate(self.candidates):
             coefficients = self.params[i].get(layout_class(layout))
@@ -479,11 +516,17 @@ class Model:
     def to_json(self, **info: object) -> dict:
         return {
             **info,
-            "form": "ms = a * rounds * steps + b * rounds + c, times unaligned where "
-            "unaligned, else times off_lines[0] where a's rows are off lines and off_lines[1] "
-            "where b's are",
+            "form": "ms = a * rounds * steps + b * rounds + c, times unaligned[row_bytes][0] "
+            f"* (K / {UNALIGNED_K}) ** unaligned[row_bytes][1] (K clamped to "
+            "unaligned[row_bytes][2:4]) where unaligned, else times "
+            "off_lines[0] where a's rows are off lines and off_lines[1] where b's are",
             "candidates": [
-                {"config": dict(c), "params": p, "unaligned": u, "off_lines": f}
+                {
+                    "config": dict(c),
+                    "params": p,
+                    "unaligned": None if u is None else {str(rb): list(v) for rb, v in u.items()},
+                    "off_lines": f,
+                }
                 for c, p, u, f in zip(
                     self.candidates, self.params, self.unaligned, self.off_line, strict=True
                 )
@@ -569,7 +612,8 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
         coefficients, _ = nnls(x / t[:, None], np.ones_like(t))
         params[index][layout] = [float(c) for c in coefficients]
     aligned_model = Model(candidates, params, [None] * len(candidates))
-    logs: list[list[float]] = [[] for _ in candidates]
+    # Per candidate and row_bytes: (K, log(measured / predicted)).
+    logs: list[dict[int, list[tuple[float, float]]]] = [{} for _ in candidates]
     lined: list[list[tuple[tuple[bool, bool], float]]] = [[] for _ in candidates]
     for (index, r), off in zip(mine, lines, strict=True):
         product = Product(r["m"], r["n"], r["k"], r["layout"], True, r["sms"])
@@ -577,10 +621,12 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
         if not predicted:
             continue
         if not r["aligned"]:
-            logs[index].append(math.log(r["ms"] / predicted))
+            row_bytes = record_row_bytes(r)
+            point = (r["k"], math.log(r["ms"] / predicted))
+            logs[index].setdefault(row_bytes, []).append(point)
         elif any(off):
             lined[index].append((off, math.log(r["ms"] / predicted)))
-    unaligned = [math.exp(sum(v) / len(v)) if v else None for v in logs]
+    unaligned = [{rb: _k_trend(v) for rb, v in sorted(c.items())} or None for c in logs]
     off_line = [(1.0, 1.0)] * len(candidates)
     for index, points in enumerate(lined):
         if points:
@@ -590,6 +636,21 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
             logs_of_ratio, _ = nnls(x, np.array([p[1] for p in points]))
             off_line[index] = tuple(float(math.exp(v)) for v in logs_of_ratio)
     return Model(candidates, params, unaligned, off_line)
+
+
+def _k_trend(points: list[tuple[int, float]]) -> tuple[float, float, int, int]:
+    """(factor at UNALIGNED_K, exponent of K / UNALIGNED_K, least K, greatest K) of (K,
+    log(measured / predicted)) points: the least-squares line through (log(K /
+    UNALIGNED_K), log(measured / predicted)) where ``UNALIGNED_TREND_POINTS`` points of two
+    Ks or more allow one, else their geometric mean and no trend."""
+    import numpy as np
+
+    k, y = np.array(points, dtype=float).T
+    bounds = (int(k.min()), int(k.max()))
+    if len(points) < UNALIGNED_TREND_POINTS or bounds[0] == bounds[1]:
+        return float(math.exp(y.mean())), 0.0, *bounds
+    exponent, intercept = np.polyfit(np.log(k / UNALIGNED_K), y, 1)
+    return float(math.exp(intercept)), float(exponent), *bounds
 
 
 def second_of_pair(m: int, n: int, k: int, layout: str) -> tuple[int, int, int]:
@@ -608,6 +669,12 @@ def pair_products(record: dict) -> tuple[Product, Product]:
         Product(*mnk, part, record["aligned"], record["sms"], dense_off_lines(*mnk, part, itemsize))
         for mnk, part in (((m, n, k), layout[:2]), (second, layout[2:]))
     )
+
+
+def record_row_bytes(record: dict) -> int:
+    """``dense_row_bytes`` of a timing record's product."""
+    itemsize = getattr(torch, record["dtype"]).itemsize
+    return dense_row_bytes(record["m"], record["n"], record["k"], record["layout"], itemsize)
 
 
 def record_off_lines(record: dict) -> tuple[bool, bool]:
@@ -692,7 +759,8 @@ def evaluate(records: list[dict], candidates: Sequence[helion.Config] = MODEL_CA
                 continue
             aligned = here[0].get("aligned", True)
             sms, off_lines = here[0]["sms"], record_off_lines(here[0])
-            chosen = model.choose(Product(*shape, layout, aligned, sms, off_lines))
+            row_bytes = record_row_bytes(here[0])
+            chosen = model.choose(Product(*shape, layout, aligned, sms, off_lines, row_bytes))
             got = timed.get(_key(chosen)) if chosen else None
             if got is None:
                 continue

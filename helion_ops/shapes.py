@@ -52,6 +52,13 @@ TRAINING_SHAPES = [
     (2500, 1700, 1203),
     (1201, 3001, 2047),
     (7001, 999, 1500),
+    # Rows of 8 bytes (sizes of 4 mod 8 elements: 1300, 2500) and of 4 (2202), whose pointer
+    # loads Triton vectorizes that wide: what the unaligned factors of each width are fit on.
+    (1300, 2100, 1700),
+    (3700, 2900, 2300),
+    (900, 4500, 3300),
+    (2202, 1702, 3102),
+    (4100, 1300, 2400),
     (1096, 1096, 1096),
     (1720, 1720, 1720),
     (2600, 2600, 2600),

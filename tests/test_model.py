@@ -133,7 +133,9 @@ def test_the_shipped_model_is_the_fit_of_its_records(name, path, candidates):
         if theirs["unaligned"] is None:  # (the batch model's records are all aligned)
             assert ours["unaligned"] is None
         else:
-            assert ours["unaligned"] == pytest.approx(theirs["unaligned"], rel=1e-6)
+            assert ours["unaligned"].keys() == theirs["unaligned"].keys()
+            for row_bytes, values in ours["unaligned"].items():
+                assert values == pytest.approx(theirs["unaligned"][row_bytes], rel=1e-6)
         assert ours["off_lines"] == pytest.approx(theirs["off_lines"], rel=1e-6)
 
 
@@ -191,6 +193,10 @@ def test_training_times_the_batch_candidates_on_a_serving_batchs_forward(monkeyp
 SMS = 132
 
 
+# An unaligned factor of 1 (at any K), for models built by hand.
+UNIT = {2: (1.0, 0.0, 1, 1)}
+
+
 def product(
     m: int, n: int, k: int, layout: str = "rr", aligned: bool = True, off_lines=model.NO_LINES
 ) -> model.Product:
@@ -204,18 +210,21 @@ SMALL = config(64, 64, 128, 4, 3, "flat", "pointer")
 
 def synthetic_records(params: dict, unaligned: dict, off_line: dict) -> list[dict]:
     """Timings that follow the model exactly, for two candidates on a grid of shapes (bf16,
-    'rr': rows of K = 1000 put a off lines, of N = 5000 b)."""
+    'rr': rows of K = 1000 put a off lines, of N = 5000 b; N = 5004 puts b's rows on 8 bytes
+    and N = 5001 on 2, where ``unaligned[id(candidate)][row_bytes]`` is (factor at
+    ``UNALIGNED_K``, exponent of K))."""
     records = []
     for m in (512, 1024, 3000, 8192):
-        for n in (256, 2048, 5000):
+        for n in (256, 2048, 5000, 5001, 5004):
             for k in (256, 1000, 1024, 4096):
                 for candidate in (BIG, SMALL):
                     a, b, c = params[id(candidate)]
                     x = model.features(candidate, m, n, k, SMS)
                     ms = a * x[0] + b * x[1] + c
-                    aligned = k % 8 == 0 and (m, n) != (3000, 5000)
+                    aligned = n % 8 == 0
                     if not aligned:
-                        ms *= unaligned[id(candidate)]
+                        factor, exponent = unaligned[id(candidate)][n % 8 * 2]
+                        ms *= factor * (k / model.UNALIGNED_K) ** exponent
                     else:
                         a_off, b_off = off_line[id(candidate)]
                         ms *= (a_off if k == 1000 else 1) * (b_off if n == 5000 else 1)
@@ -238,13 +247,34 @@ def synthetic_records(params: dict, unaligned: dict, off_line: dict) -> list[dic
 
 def test_the_fit_recovers_the_parameters_and_the_alignment_factors():
     params = {id(BIG): (7e-4, 3e-3, 2e-3), id(SMALL): (9e-5, 1e-3, 0.0)}
-    unaligned = {id(BIG): 1.5, id(SMALL): 1.1}
+    unaligned = {id(BIG): {2: (3.0, 0.2), 8: (1.5, 0.1)}, id(SMALL): {2: (2.0, 0.0), 8: (1.1, 0.3)}}
     off_line = {id(BIG): (1.05, 1.2), id(SMALL): (1.3, 1.0)}
     fitted = model.fit(synthetic_records(params, unaligned, off_line), [BIG, SMALL])
     for i, candidate in enumerate((BIG, SMALL)):
         assert fitted.params[i]["rr"] == pytest.approx(params[id(candidate)], rel=1e-6, abs=1e-9)
         assert fitted.off_line[i] == pytest.approx(off_line[id(candidate)])
-    assert fitted.unaligned == pytest.approx([1.5, 1.1])
+        assert fitted.unaligned[i].keys() == {2, 8}
+        for row_bytes, (factor, exponent) in unaligned[id(candidate)].items():
+            got = fitted.unaligned[i][row_bytes]
+            assert got[:2] == pytest.approx((factor, exponent), abs=1e-9)
+            assert got[2:] == (256, 4096)  # the Ks fit, to which K is clamped
+    # Rows of 4 bytes, never measured, take the factor of rows of 2; K beyond the fit, that
+    # of the greatest K fit.
+    slow = product(3000, 5004, 4096, aligned=False)
+    assert fitted.factor(0, slow._replace(row_bytes=4)) == pytest.approx(3.0 * 2**0.2)
+    assert fitted.factor(0, slow._replace(row_bytes=8, k=65536)) == pytest.approx(1.5 * 2**0.1)
+
+
+def test_row_bytes_of_dense_products():
+    """The widest vector every operand's rows start on: 16 where aligned, else the least
+    power of two of a leading dimension's bytes."""
+    assert model.dense_row_bytes(1000, 1000, 1000, "rr", 2) == 16
+    assert model.dense_row_bytes(1000, 1300, 1000, "rr", 2) == 8  # b's rows of 2600 bytes
+    assert model.dense_row_bytes(1300, 1000, 1000, "cr", 2) == 8  # a's columns of 2600
+    assert model.dense_row_bytes(1300, 1000, 1000, "rr", 2) == 16  # a's rows are of K
+    assert model.dense_row_bytes(1000, 1102, 1000, "rr", 2) == 4
+    assert model.dense_row_bytes(1000, 1000, 479, "rr", 2) == 2
+    assert model.dense_row_bytes(1000, 1000, 479, "rr", 4) == 4
 
 
 def pair_records() -> list[dict]:
@@ -253,7 +283,7 @@ def pair_records() -> list[dict]:
     each candidate (records as ``tune --training`` writes them; two launches as planned)."""
     params = {"rr": [7e-4, 3e-3, 2e-3], "rc": [8e-4, 3e-3, 2e-3], "cr": [9e-4, 4e-3, 2e-3]}
     small = {layout: [v[0] / 3, v[1] / 3, 0.0] for layout, v in params.items()}
-    truth = model.Model([BIG, SMALL], [params, small], [1.0, 1.0])
+    truth = model.Model([BIG, SMALL], [params, small], [UNIT, UNIT])
     records = []
 
     def timing(m, n, k, layout, config, ms, **more):
@@ -327,12 +357,14 @@ def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
 
 def test_the_choice_follows_waves():
     """Big tiles where they fill the SMs; small ones where big tiles leave most SMs idle."""
-    m = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {"rr": [2.5e-4, 1e-3, 0.0]}], [1, 1])
+    m = model.Model(
+        [BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {"rr": [2.5e-4, 1e-3, 0.0]}], [UNIT, UNIT]
+    )
     assert m.choose(product(8192, 8192, 4096)) is BIG  # 16 rounds of big tiles
     assert m.choose(product(256, 512, 4096)) is SMALL  # 4 big tiles for 132 SMs
     # A layout without a fit of its own uses row-major's; a candidate without any is skipped.
     assert m.choose(product(256, 512, 4096, "cc")) is SMALL
-    only_big = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {}], [1, None])
+    only_big = model.Model([BIG, SMALL], [{"rr": [7e-4, 3e-3, 2e-3]}, {}], [UNIT, None])
     assert only_big.choose(product(256, 512, 4096)) is BIG
     assert only_big.choose(product(256, 512, 4096, "rc")) is None  # 'rc' has its own fit
     assert (
@@ -348,7 +380,9 @@ def test_near_ties_go_to_the_fewest_output_tiles():
     tie = model.PREDICTED_TIE
 
     def two(big_ms: float) -> model.Model:
-        return model.Model([SMALL, BIG], [{"rr": [0, 0, 1.0]}, {"rr": [0, 0, big_ms]}], [1, 1])
+        return model.Model(
+            [SMALL, BIG], [{"rr": [0, 0, 1.0]}, {"rr": [0, 0, big_ms]}], [UNIT, UNIT]
+        )
 
     shape = product(4096, 4096, 4096)
     assert two(0.999 * tie).choose(shape) is BIG

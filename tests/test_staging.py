@@ -65,7 +65,9 @@ def test_staging_pays_where_the_copy_is_small_against_the_product():
     assert staging.staging_pays(model, Product(m, k, n, "rc", False, SMS), [logits, weight])
     assert staging.staging_pays(model, Product(k, n, m, "cr", False, SMS), [logits])
     assert not staging.staging_pays(model, Product(16, n, k, "rr", False, SMS), [weight])
-    assert not staging.staging_pays(
+    # A near tie: 256 rows against a vocabulary of 32001 ran 405 us staged and 408 unstaged
+    # (call 298, NOTES 129); the copy is predicted within ``UNSTAGED_GAIN`` of paying.
+    assert staging.staging_pays(
         model, Product(256, 32001, 4096, "rr", False, SMS), [4096 * 32001 * 2]
     )
     # An odd K (rows of 958 bytes), staged onto tensor descriptors: 0.18 -> 0.10 ms measured.
