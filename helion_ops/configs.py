@@ -150,15 +150,10 @@ def choose_config(
     a, b = operands
     if few_rows(a, b) and not transposed:  # (a few rows' product never runs transposed)
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
-    product, vectorized = model_product(a, b), masks_vectorize(a, b)
-    # The fit of pointer candidates on aligned operands holds only where their masks load
-    # vectors; the factors of unaligned operands were measured on each candidate as it runs
-    # there (pointers and masks included), rows of 8 bytes favouring pointer tiles (1100^3:
-    # 128x128x64 pointers 13-16 us, 128x256x64 tensor descriptors 20-21; call 299).
-    tma_only = product.aligned and not vectorized
+    product, tma_only = model_product(a, b), tensor_descriptors_only(a, b)
     break_ties = epilogue != "bias"
     stream = None
-    if vectorized and not transposed:
+    if masks_vectorize(a, b) and not transposed:
         stream = one_wave_stream(*mnks[0], sm_count(device), splits=False)
     if stream is not None:
         # Two stages: ``streaming`` deepens it to what shared memory holds.
@@ -373,11 +368,23 @@ def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
     operand's contiguous dimension the size is a whole number of 16 bytes. Else the bounds
     mask of the last tile along it differs from element to element, and every load is of one
     element: the model's fit (on sizes of whole 16 bytes) does not hold for pointer candidates
-    there, so it chooses among tensor descriptors (``Model.best_plain``'s ``tma_only``),
-    which need no mask. On the H200 (bf16) the GPT-2 head's forward, staged (N = 50257
-    along b's rows), took 2.15 ms on a pointer candidate and 0.68 on tensor descriptors."""
+    there, so for aligned operands it chooses among tensor descriptors
+    (``Model.best_plain``'s ``tma_only``), which need no mask. (Unaligned operands' factors
+    were measured on every candidate as it runs on them, masks included.) On the H200 (bf16)
+    the GPT-2 head's forward, staged (N = 50257 along b's rows), took 2.15 ms on a pointer
+    candidate and 0.68 on tensor descriptors."""
     size = a.element_size()
     return all(length * size % 16 == 0 for _, length in _contiguous_sizes(a, b))
+
+
+def tensor_descriptors_only(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the model chooses for ``a @ b`` among tensor-descriptor candidates only:
+    aligned operands whose pointer loads' masks do not vectorize (``masks_vectorize``). The
+    factors of unaligned operands were measured on each candidate as it runs on them,
+    pointers and masks included, and rows of 8 bytes favour pointer tiles (H200, bf16, call
+    299: 1100^3 on 128x128x64 pointer tiles 13-16 us, on 128x256x64 tensor-descriptor ones,
+    loading by pointer there, 20-21)."""
+    return tma_aligned(a, b) and not masks_vectorize(a, b)
 
 
 def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]:

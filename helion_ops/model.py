@@ -18,13 +18,13 @@ squares on relative error over the aligned shapes of a training grid
 Operands whose rows are not 16-byte aligned cannot use tensor descriptors (Helion silently
 falls back to pointer indexing, and every load is masked), so each candidate also gets a
 factor for them, per ``row_bytes`` (the widest vector their rows allow: 2, 4 or 8 bytes, as
-Triton reads them from the strides Helion bakes in), growing with K (``UNALIGNED_K``): fit by
-least squares on the logarithm of measured over predicted time on the unaligned training
-shapes of that class (H200, bf16: rows of 8 bytes 1.0-2.0x the aligned time, of 2 bytes
-2-12x; the longer the K, the more). Rows that are 16-byte aligned but start off 128-byte
-lines (sizes such as
-1000 or 3000, multiples of 8 elements but not of 64 in bf16) cost more too, the more the
-smaller the tile, and for pointer loads more than for tensor descriptors (H200, bf16:
+Triton reads them from the strides Helion bakes in), with a trend in K (``UNALIGNED_K``):
+fit by least squares on the logarithm of measured over predicted time on the unaligned
+training shapes of that width (H200, bf16, at K = 2048: rows of 8 bytes 1.3-2.8x the aligned
+time, of 4 bytes 1.9-4.5x, of 2 bytes 2.2-8.2x; exponents of K from -0.3 to 0.3). Rows
+that are 16-byte aligned but start off 128-byte lines (sizes such as 1000 or 3000,
+multiples of 8 elements but not of 64 in bf16) cost more too, the more the smaller the
+tile, and for pointer loads more than for tensor descriptors (H200, bf16:
 1.0-1.6x for each such operand): each candidate gets one factor for ``a`` and one for ``b``
 off lines (``dense_off_lines``), fit by least squares on the logarithm of measured over
 predicted time on the training shapes of such sizes. (The output's rows cost nothing
@@ -311,7 +311,7 @@ PREDICTED_TIE = 1.01
 
 NO_LINES = (False, False)
 
-# Unaligned operands' factors grow with K as (K / UNALIGNED_K) ** exponent, fit where a
+# Unaligned operands' factors vary with K as (K / UNALIGNED_K) ** exponent, fit where a
 # candidate has UNALIGNED_TREND_POINTS timings or more of a row_bytes (``fit``), K clamped to
 # the Ks fit (900-7001 on the H200's records: no trend is known beyond).
 UNALIGNED_K = 2048

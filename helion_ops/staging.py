@@ -2,9 +2,10 @@
 
 Tensor descriptors and vectorized loads need every row (or column, for a transposed view) of
 an operand to start 16-byte aligned. An operand of odd width (an LM head's vocabulary of
-50257) or at an odd offset is loaded element by element instead: the wave model's factors
-for such operands are 2-8x the aligned time (``helion_ops.model``). Where a product runs long
-enough, one copy into a buffer of padded rows pays for itself: on the H200
+50257) or at an odd offset is loaded element by element instead, rows of 4 or 8 bytes in
+vectors that wide: the wave model's factors for such operands are 2-12x the aligned time, and
+1.0-2.0x for rows of 8 bytes (``helion_ops.model``). Where a product runs long enough, one
+copy into a buffer of padded rows pays for itself: on the H200
 (bf16) the GPT-2 head's ``a.T @ grad_out`` (768x50257x4096) took 1.30 ms unstaged and 0.56
 staged, plus 0.46 ms to copy ``grad_out`` (which both backward products read, so it is copied
 once). The copies' rows are padded to whole 128-byte lines, which the kernels load fastest
@@ -40,11 +41,12 @@ if TYPE_CHECKING:
 COPY_MS_PER_BYTE = 0.46 / (4096 * 50257 * 2)
 COPY_MS = 0.003
 # Stage unless the unstaged product is predicted this much faster: the unaligned factors
-# spread about their fit (rows of 8 bytes: 0.7-1.4x of it), and a copy's time is less in
-# doubt. Set on five training shapes of 4- and 8-byte rows, each left out of the factors'
-# fit in turn (H200, bf16, call 297): over their 15 products, staged where predicted within
-# 1.0x, 1.1x, 1.2x of unstaged, 0.991x, 1.029x and 1.037x as fast as always staging, the
-# worst 0.81x, 0.90x and 1.00x.
+# spread about their fit, and a copy's time is less in doubt. Set on five training shapes of
+# 4- and 8-byte rows, each left out of the factors' fit in turn (H200, bf16, call 297): over
+# their 15 products, staged where predicted within 1.0x, 1.1x, 1.2x of unstaged, 0.991x,
+# 1.029x and 1.037x as fast as always staging, the worst 0.81x, 0.90x and 1.00x. On 27
+# products of no set (call 300, NOTES 129): the 18 it left unstaged 1.13-1.41x as fast as
+# staged.
 UNSTAGED_GAIN = 1.2
 
 _decisions: dict[tuple, bool] = {}
