@@ -613,7 +613,7 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
         params[index][layout] = [float(c) for c in coefficients]
     aligned_model = Model(candidates, params, [None] * len(candidates))
     # Per candidate and row_bytes: (K, log(measured / predicted)).
-    logs: list[dict[int, list[tuple[float, float]]]] = [{} for _ in candidates]
+    logs: list[dict[int, list[tuple[int, float]]]] = [{} for _ in candidates]
     lined: list[list[tuple[tuple[bool, bool], float]]] = [[] for _ in candidates]
     for (index, r), off in zip(mine, lines, strict=True):
         product = Product(r["m"], r["n"], r["k"], r["layout"], True, r["sms"])

@@ -24,7 +24,7 @@ ADDMM_SHAPES = [
 
 # The model's training grid: sizes of no particular model, spread on a log scale from 384 to
 # 48k rows and columns and K from 512 to 11k, so that tile counts land anywhere between
-# a fraction of a wave and many waves, with tails; three shapes with sizes whose rows are not
+# a fraction of a wave and many waves, with tails; eight shapes with sizes whose rows are not
 # 16-byte aligned (tensor descriptors fall back to pointers there); sizes that are multiples
 # of 8 but not of 64 (rows 16-byte aligned but not 128-byte, as in sizes such as 1000 or 3000
 # that users bring), in every dimension or in one; some target shapes; tall products of a
@@ -52,8 +52,8 @@ TRAINING_SHAPES = [
     (2500, 1700, 1203),
     (1201, 3001, 2047),
     (7001, 999, 1500),
-    # Rows of 8 bytes (sizes of 4 mod 8 elements: 1300, 2500) and of 4 (2202), whose pointer
-    # loads Triton vectorizes that wide: what the unaligned factors of each width are fit on.
+    # Rows of 8 bytes (sizes of 4 mod 8 elements, as 1300 and 2100) and of 4 (2202), whose
+    # pointer loads Triton vectorizes that wide: the unaligned factors of those widths.
     (1300, 2100, 1700),
     (3700, 2900, 2300),
     (900, 4500, 3300),

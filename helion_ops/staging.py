@@ -3,9 +3,9 @@
 Tensor descriptors and vectorized loads need every row (or column, for a transposed view) of
 an operand to start 16-byte aligned. An operand of odd width (an LM head's vocabulary of
 50257) or at an odd offset is loaded element by element instead, rows of 4 or 8 bytes in
-vectors that wide: the wave model's factors for such operands are 2-12x the aligned time, and
-1.0-2.0x for rows of 8 bytes (``helion_ops.model``). Where a product runs long enough, one
-copy into a buffer of padded rows pays for itself: on the H200
+vectors that wide: the wave model's factors for such operands are 2.2-8.2x the aligned time
+for rows of 2 bytes, 1.3-2.8x for rows of 8 (``helion_ops.model``). Where a product runs long
+enough, one copy into a buffer of padded rows pays for itself: on the H200
 (bf16) the GPT-2 head's ``a.T @ grad_out`` (768x50257x4096) took 1.30 ms unstaged and 0.56
 staged, plus 0.46 ms to copy ``grad_out`` (which both backward products read, so it is copied
 once). The copies' rows are padded to whole 128-byte lines, which the kernels load fastest
@@ -116,9 +116,8 @@ def staging_pays(
 ) -> bool:
     """Whether the model predicts ``product`` faster from aligned operands, after copying
     the unaligned ones (``copies``: their sizes in bytes), or slower by less than
-    ``UNSTAGED_GAIN``. ``product.off_lines``: the staged
-    product's; ``tma_only``: the staged product chooses among tensor-descriptor candidates
-    only (see ``Model.best_plain``)."""
+    ``UNSTAGED_GAIN``. ``product.off_lines``: the staged product's; ``tma_only``: the staged
+    product chooses among tensor-descriptor candidates only (see ``Model.best_plain``)."""
     unstaged = model.best_plain(product._replace(aligned=False))
     aligned = model.best_plain(product._replace(aligned=True), tma_only)
     if unstaged is None or aligned is None:
