@@ -260,9 +260,11 @@ def test_the_fit_recovers_the_parameters_and_the_alignment_factors():
             assert got[2:] == (256, 4096)  # the Ks fit, to which K is clamped
     # Rows of 4 bytes, never measured, take the factor of rows of 2; K beyond the fit, that
     # of the greatest K fit.
-    slow = product(3000, 5004, 4096, aligned=False)
-    assert fitted.factor(0, slow._replace(row_bytes=4)) == pytest.approx(3.0 * 2**0.2)
-    assert fitted.factor(0, slow._replace(row_bytes=8, k=65536)) == pytest.approx(1.5 * 2**0.1)
+    unaligned_product = product(3000, 5004, 4096, aligned=False)
+    at_4 = unaligned_product._replace(row_bytes=4)
+    assert fitted.factor(0, at_4) == pytest.approx(3.0 * 2**0.2)
+    long_k = unaligned_product._replace(row_bytes=8, k=65536)
+    assert fitted.factor(0, long_k) == pytest.approx(1.5 * 2**0.1)
 
 
 def test_row_bytes_of_dense_products():
