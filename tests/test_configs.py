@@ -980,17 +980,20 @@ def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
     assert configs.splits_k(a, b)
 
 
-def test_unaligned_operands_choose_among_every_candidate():
+def test_rows_of_8_bytes_choose_among_every_candidate():
     """1100^3 in bf16 (rows of 8 bytes, masks of 8) chooses among every candidate, and the
     shipped model picks a pointer tile (call 299: 128x128x64 pointer tiles 13-16 us,
     128x256x64 tensor-descriptor ones 20-21); aligned rows whose masks do not vectorize (a
-    slice of 1100 columns of rows of 1152) keep to tensor descriptors, which need no mask."""
+    slice of 1100 columns of rows of 1152) keep to tensor descriptors, which need no mask, and
+    so do rows of 2 bytes (an LM head's vocabulary of 50257), not measured otherwise."""
     odd = [torch.empty(1100, 1100, dtype=torch.bfloat16) for _ in range(2)]
     sliced = [torch.empty(1100, 1152, dtype=torch.bfloat16)[:, :1100] for _ in range(2)]
     whole = [torch.empty(1152, 1152, dtype=torch.bfloat16) for _ in range(2)]
+    head = torch.empty(100, 768, dtype=torch.bfloat16), torch.empty(768, 50257).bfloat16()
     assert not configs.masks_vectorize(*odd) and not configs.masks_vectorize(*sliced)
     assert not configs.tensor_descriptors_only(*odd)
     assert configs.tensor_descriptors_only(*sliced)
+    assert configs.tensor_descriptors_only(*head)
     assert not configs.tensor_descriptors_only(*whole)
     assert (configs.row_bytes(*odd), configs.row_bytes(*sliced)) == (8, 16)
     assert configs.row_bytes(odd[0][:, 1:]) == 2  # a base off 16 bytes: element by element
