@@ -446,16 +446,9 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
 
 def tma_aligned(*tensors: torch.Tensor) -> bool:
     """Whether tensor descriptors can load these 2-D tensors: one unit stride, the other
-    stride and the base 16-byte aligned (else Helion falls back to pointer indexing)."""
-    for t in tensors:
-        size = t.element_size()
-        if (
-            1 not in t.stride()
-            or t.data_ptr() % 16
-            or any(s * size % 16 for s in t.stride() if s != 1)
-        ):
-            return False
-    return True
+    stride and the base 16-byte aligned (else Helion falls back to pointer indexing): rows
+    (columns, where column-major) that start on 16 bytes (``row_bytes``)."""
+    return row_bytes(*tensors) == 16
 
 
 # Thin products: a few rows (decode steps of a batch of at most 64) times a weight of a long K
