@@ -38,7 +38,7 @@ STREAM_DRAW_CSV = SHAPE_SETS / "stream_draw.csv"
 STREAM_SECOND_DRAW_CSV = SHAPE_SETS / "stream_second_draw.csv"
 # LLM, vision, speech and recommendation layers and round sizes from models no earlier set
 # holds, drawn on 2026-12-04 as validation.csv was, before any run.
-FOURTH_DRAW_CSV = SHAPE_SETS / "fourth_draw.csv"
+GENERAL_DRAW_CSV = SHAPE_SETS / "general_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -67,7 +67,7 @@ HELD_OUT_SETS = [
     (LINEAR_DRAW_CSV, 16),
     (STREAM_DRAW_CSV, 16),
     (STREAM_SECOND_DRAW_CSV, 20),
-    (FOURTH_DRAW_CSV, 18),
+    (GENERAL_DRAW_CSV, 18),
 ]
 
 
