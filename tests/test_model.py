@@ -37,7 +37,8 @@ STREAM_DRAW_CSV = SHAPE_SETS / "stream_draw.csv"
 # one_wave_stream's 64x64 tiles (NOTES 126) before their first run.
 STREAM_SECOND_DRAW_CSV = SHAPE_SETS / "stream_second_draw.csv"
 # LLM, vision, speech and recommendation layers and round sizes from models no earlier set
-# holds, drawn on 2026-12-04 as validation.csv was, before any run.
+# holds, drawn on 2026-12-04 as validation.csv was, before any run (results README: "a
+# general draw").
 GENERAL_DRAW_CSV = SHAPE_SETS / "general_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
