@@ -36,6 +36,11 @@ SHAPES = [
     (1000, 777, 333),
     (8192, 1024, 2048),
     (1, 4096, 1),
+    # (m, k, n) of a class no shape set holds: a LoRA of rank 16 at 16k tokens (its down and
+    # up projections) and an MLP's single output.
+    (16384, 4096, 16),
+    (16384, 16, 4096),
+    (16384, 256, 1),
 ]
 
 
