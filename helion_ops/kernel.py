@@ -20,7 +20,9 @@ but not 32 run ``transposed_kernel`` where ``configs.transposed_pays``: the same
 ``(y.T @ x.T).T``, the same epilogues and outputs.
 
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
-of a new (shape, strides, dtype) compiles one config and never searches unless asked.
+of a new (shape, strides, dtype) compiles one config and never searches unless asked. Each such
+compile is logged at INFO on the ``helion_ops`` logger: the kernel (which says the route:
+plain, transposed, split-K, pair or last-wave split), its tensors, and the config it runs.
 
 Host time: Helion's own fast dispatch does not cover callable arguments, so every call with an
 epilogue would re-derive its specialization key (``bind``, about 100 microseconds). The
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +76,8 @@ from helion_ops.configs import (
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
 from helion_ops.staging import staged
 from helion_ops.table import product_mnk
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -419,14 +424,14 @@ def _compile_and_run(
     bound = kernel.bind(args)
     chosen = None
     try:
-        chosen = bound.autotune(args, force=False)  # which compiles it, too
+        chosen = ran = bound.autotune(args, force=False)  # which compiles it, too
         host_function, launcher, out = _first_run(bound, chosen, args)
     except helion.exc.IndexOffsetOutOfRangeForInt32:
         return _compile_and_run(WIDE[kernel], args, key)
     except (helion.exc.BaseError, OutOfResources) as error:
-        for fallback in _fallbacks(bound, chosen):
+        for ran in _fallbacks(bound, chosen):
             try:
-                host_function, launcher, out = _first_run(bound, fallback, args)
+                host_function, launcher, out = _first_run(bound, ran, args)
             except (helion.exc.BaseError, OutOfResources):
                 continue
             break
@@ -435,14 +440,24 @@ def _compile_and_run(
         warnings.warn(
             f"helion_ops: the config chosen for {kernel.name} on "
             f"{[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]} "
-            f"does not run ({error}); running {dict(fallback.config)}",
+            f"does not run ({error}); running {dict(ran.config)}",
             stacklevel=4,
         )
+    logger.info("%s on %s: %s", kernel.name, _tensors_of(args), dict(ran.config))
     zeroed = kernel in ZEROED_OUTPUTS
     _compiled[key] = plan_for(host_function, launcher, args, zeroed) or functools.partial(
         host_function, _launcher=launcher
     )
     return out
+
+
+def _tensors_of(args: tuple[Any, ...]) -> str:
+    """A kernel's tensor arguments as the log names them: dtype, sizes and strides."""
+    return ", ".join(
+        f"{str(a.dtype).removeprefix('torch.')}{list(a.shape)} strides {list(a.stride())}"
+        for a in args
+        if isinstance(a, torch.Tensor)
+    )
 
 
 def _first_run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -297,6 +298,27 @@ def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monke
     with pytest.warns(UserWarning, match="does not run"):
         out = helion_ops.addmm(bias, a, b)
     torch.testing.assert_close(out, torch.addmm(bias, a, b))
+    kernel.reset()
+
+
+def test_each_new_specialization_logs_its_kernel_tensors_and_config(caplog):
+    """Which kernel and config a shape runs, for a user who asks: one INFO record on the
+    ``helion_ops`` logger when a new specialization compiles, none when it runs again."""
+    import helion_ops
+    from helion_ops import kernel
+
+    kernel.reset()
+    a, b = torch.randn(24, 40, device=DEVICE), torch.randn(19, 40, device=DEVICE).T
+    with caplog.at_level(logging.INFO, logger="helion_ops"):
+        helion_ops.matmul(a, b)
+        helion_ops.matmul(a, b)
+    (record,) = [r for r in caplog.records if r.name.startswith("helion_ops")]
+    chosen = configs.choose_config(matmul_kernel.bind((a, b, scaled(1.0))), a, b)
+    message = record.getMessage()
+    assert message.startswith(
+        "_matmul on float32[24, 40] strides [40, 1], float32[40, 19] strides [1, 40]: {"
+    ), message
+    assert f"'block_sizes': {chosen.config['block_sizes']}" in message, message
     kernel.reset()
 
 
