@@ -22,7 +22,8 @@ but not 32 run ``transposed_kernel`` where ``configs.transposed_pays``: the same
 Configs come from ``helion_ops.configs`` through Helion's ``autotuner_fn`` hook: the first call
 of a new (shape, strides, dtype) compiles one config and never searches unless asked. Each such
 compile is logged at INFO on the ``helion_ops`` logger: the kernel (which says the route:
-plain, transposed, split-K, pair or last-wave split), its tensors, and the config it runs.
+plain, transposed, split-K, split-K in pieces, pair or last-wave split), its tensors, and the
+config it runs.
 
 Host time: Helion's own fast dispatch does not cover callable arguments, so every call with an
 epilogue would re-derive its specialization key (``bind``, about 100 microseconds). The
