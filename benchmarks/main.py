@@ -23,7 +23,7 @@ from benchmarks.cli import check_runnable, parse_args
 from benchmarks.compare import comparison, latencies_in, latencies_of_results, regression
 from benchmarks.gpus import gpu_count, run_workers
 from benchmarks.plot import write_plot
-from benchmarks.progress import Progress, clock, output_to
+from benchmarks.progress import Progress, clock, configs_logged_to, output_to
 from benchmarks.report import ci_failures, summary_table
 from benchmarks.results import (
     FLOPS_PER_FORWARD,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             shard = f" shard {options.shard[0]}/{options.shard[1]}" if options.shard else ""
             print(progress.line(f"{job.op} {job.mode} {call.label}{shard}: "
                                 f"{', '.join(job.backends)}"), flush=True)  # fmt: skip
-            with output_to(log):
+            with output_to(log), configs_logged_to(log):
                 call_argv = [*job.argv, *call.argv]
                 text, error = _call_harness(call_argv) if builtin else _call_tritonbench(call_argv)
             progress.advance()

@@ -1,5 +1,6 @@
 """What the terminal shows while the suite runs: one line per call, elapsed and remaining time;
-everything the third-party code prints goes to a log file instead.
+everything the third-party code prints goes to a log file instead, and so does what
+``helion_ops`` logs (each specialization's kernel and config).
 
 tritonbench, inductor's max-autotune and Triton print hundreds of lines per input (autotune
 tables, progress bars, warnings): they would bury the progress and the summary.
@@ -8,6 +9,7 @@ tables, progress bars, warnings): they would bury the progress and the summary.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -81,3 +83,25 @@ def output_to(log: Path) -> Iterator[None]:
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
+
+
+@contextlib.contextmanager
+def configs_logged_to(log: Path) -> Iterator[None]:
+    """Append ``helion_ops``'s INFO records to ``log`` while a run lasts: each new
+    specialization's kernel, tensors and config, logged when it compiles, so that a run's
+    files say what every number ran. (Not passed on to the root logger's handlers, which
+    would print them twice into the same log or onto the console.)"""
+    logger = logging.getLogger("helion_ops")
+    handler = logging.FileHandler(log)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]

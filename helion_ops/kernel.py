@@ -403,7 +403,7 @@ def _run(
         _allocator_set.set(True)
     compiled = _compiled.get(key)
     if compiled is None:
-        out = _compile_and_run(kernel, args, key)
+        out = _compile_and_run(kernel, args, key, captured)
     else:
         out = compiled(*args)
     if fast is not None and isinstance(_compiled[key], LaunchPlan):
@@ -413,9 +413,13 @@ def _run(
 
 
 def _compile_and_run(
-    kernel: helion.Kernel, args: tuple[Any, ...], key: tuple[Any, ...]
+    kernel: helion.Kernel,
+    args: tuple[Any, ...],
+    key: tuple[Any, ...],
+    captured: tuple[torch.Tensor, ...] = (),
 ) -> torch.Tensor:
-    """Compile the chosen config for a new specialization, run it once and keep its plan.
+    """Compile the chosen config for a new specialization, run it once and keep its plan
+    (``captured``: the tensors its epilogue captures, which the log names).
 
     A config must never make a call fail: where the chosen one does not compile, or Triton
     finds on the first launch that it needs more shared memory than the GPU has (an epilogue
@@ -428,7 +432,7 @@ def _compile_and_run(
         chosen = ran = bound.autotune(args, force=False)  # which compiles it, too
         host_function, launcher, out = _first_run(bound, chosen, args)
     except helion.exc.IndexOffsetOutOfRangeForInt32:
-        return _compile_and_run(WIDE[kernel], args, key)
+        return _compile_and_run(WIDE[kernel], args, key, captured)
     except (helion.exc.BaseError, OutOfResources) as error:
         for ran in _fallbacks(bound, chosen):
             try:
@@ -444,7 +448,8 @@ def _compile_and_run(
             f"does not run ({error}); running {dict(ran.config)}",
             stacklevel=4,
         )
-    logger.info("%s on %s: %s", kernel.name, _tensors_of(args), dict(ran.config))
+    bias = f", bias {_tensors_of(captured)}" if captured else ""
+    logger.info("%s on %s%s: %s", kernel.name, _tensors_of(args), bias, dict(ran.config))
     zeroed = kernel in ZEROED_OUTPUTS
     _compiled[key] = plan_for(host_function, launcher, args, zeroed) or functools.partial(
         host_function, _launcher=launcher

@@ -319,6 +319,14 @@ def test_each_new_specialization_logs_its_kernel_tensors_and_config(caplog):
         "_matmul on float32[24, 40] strides [40, 1], float32[40, 19] strides [1, 40]: {"
     ), message
     assert f"'block_sizes': {chosen.config['block_sizes']}" in message, message
+    # addmm: the bias the epilogue loads, as the kernel sees it (a row broadcast over M).
+    with caplog.at_level(logging.INFO, logger="helion_ops"):
+        helion_ops.addmm(torch.randn(19, device=DEVICE), a, b)
+    message = caplog.records[-1].getMessage()
+    assert message.startswith(
+        "_matmul on float32[24, 40] strides [40, 1], float32[40, 19] strides [1, 40], "
+        "bias float32[24, 19] strides [0, 1]: {"
+    ), message
     kernel.reset()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import re
 import subprocess
@@ -665,6 +666,27 @@ def test_a_run_shows_progress_keeps_logs_out_and_lists_its_files(fake_run, tmp_p
     # --output: tritonbench's CSV, one per op and mode beside the path given.
     assert (tmp_path / "x_gemm_bwd.csv").read_text() == fake_csv(list(fake_run[1]))
     assert f"{tmp_path / 'x_addmm_fwd.csv'} (tritonbench's CSV)" in printed
+
+
+def test_a_runs_log_says_what_each_specialization_ran(fake_run, tmp_path, monkeypatch, capsys):
+    """What helion_ops logs at INFO (each new specialization's kernel and config, when it
+    compiles) goes into run.log once, not onto the console; the handler leaves with the run."""
+    fake = main_module.run_tritonbench
+
+    def run_and_compile(argv):
+        m = argv[argv.index("--m") + 1]
+        logging.getLogger("helion_ops.kernel").info("_matmul on m=%s: {'block_sizes': [16]}", m)
+        fake(argv)
+
+    monkeypatch.setattr(main_module, "run_tritonbench", run_and_compile)
+    out = tmp_path / "out"
+    assert main_module.main(["--output-dir", str(out), "--op", "gemm", "--mode", "fwd"]) == 0
+    printed = capsys.readouterr()
+    log = (out / "run.log").read_text()
+    assert log.count("helion_ops.kernel: _matmul on m=") == len(fake_run) > 0
+    assert "_matmul on" not in printed.out + printed.err
+    assert not logging.getLogger("helion_ops").handlers
+    assert logging.getLogger("helion_ops").propagate
 
 
 def test_output_of_one_op_and_mode_is_the_path_itself(fake_run, tmp_path):
