@@ -286,7 +286,8 @@ def test_the_split_in_pieces_stores_each_piece_without_atomics():
     assert bound(a, b).shape == (4, 32, 16)  # pieces of 128, the last of 116
 
 
-def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monkeypatch):
+def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monkeypatch, caplog):
+    """...and the compile log names the config that runs, not the one chosen."""
     import helion_ops
     from helion_ops import kernel
 
@@ -296,8 +297,13 @@ def test_a_config_that_does_not_compile_falls_back_to_the_reference_config(monke
     bias = torch.randn(19, device=DEVICE)
     a, b = torch.randn(24, 40, device=DEVICE), torch.randn(40, 19, device=DEVICE)
     with pytest.warns(UserWarning, match="does not run"):
-        out = helion_ops.addmm(bias, a, b)
+        with caplog.at_level(logging.INFO, logger="helion_ops"):
+            out = helion_ops.addmm(bias, a, b)
     torch.testing.assert_close(out, torch.addmm(bias, a, b))
+    epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias.expand(24, 19))
+    reference = matmul_kernel.bind((a, b, epilogue)).config_spec.autotune_reference_config()
+    (record,) = [r for r in caplog.records if r.name.startswith("helion_ops")]
+    assert record.getMessage().endswith(f": {dict(reference.config)}"), record.getMessage()
     kernel.reset()
 
 
