@@ -40,6 +40,10 @@ STREAM_SECOND_DRAW_CSV = SHAPE_SETS / "stream_second_draw.csv"
 # holds, drawn on 2026-12-04 as validation.csv was, before any run (results README: "a
 # general draw").
 GENERAL_DRAW_CSV = SHAPE_SETS / "general_draw.csv"
+# Products of a narrow output or inner size (1 to 256: MoE routers, LoRA adapters, value and
+# classifier heads, DLRM's dense input), drawn on 2026-12-04 before any run: a class no
+# earlier set holds.
+NARROW_DRAW_CSV = SHAPE_SETS / "narrow_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -69,6 +73,7 @@ HELD_OUT_SETS = [
     (STREAM_DRAW_CSV, 16),
     (STREAM_SECOND_DRAW_CSV, 20),
     (GENERAL_DRAW_CSV, 18),
+    (NARROW_DRAW_CSV, 18),
 ]
 
 
