@@ -443,8 +443,7 @@ def _compile_and_run(
         else:
             raise
         warnings.warn(
-            f"helion_ops: the config chosen for {kernel.name} on "
-            f"{[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]} "
+            f"helion_ops: the config chosen for {kernel.name} on {_tensors_of(args)} "
             f"does not run ({error}); running {dict(ran.config)}",
             stacklevel=4,
         )
