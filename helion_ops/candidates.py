@@ -76,7 +76,7 @@ CANDIDATES = [
     config(128, 256, 64, 8, 3, "persistent_blocked", flatten=True),
     config(256, 128, 64, 8, 3, "persistent_interleaved", flatten=True),
     config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True),
-    # As deep as shared memory holds beside the output tile (``configs.deepened``, NOTES 95).
+    # As deep as shared memory holds beside the output tile (``pipelines.deepened``, NOTES 95).
     config(128, 128, 64, 4, 6, "persistent_interleaved", flatten=True),
     config(128, 128, 64, 8, 4, "persistent_interleaved", flatten=True),
     config(128, 128, 128, 8, 3, "persistent_interleaved", flatten=True),

@@ -11,20 +11,22 @@ transposed operand gets its own entry. The answer, in order:
    ``helion_ops.table`` (the user's own table, written by ``python -m helion_ops.tune --shape
    ...``, read over the shipped ``tuned/sm90.json``). fp16 falls back to the bf16 entry of the
    same key; a bias epilogue without an entry of its own gets the plain entry, unflattened
-   where the bias would not fit in shared memory beside its pipeline (``fit_for_bias``).
+   where the bias would not fit in shared memory beside its pipeline
+   (``pipelines.fit_for_bias``).
    The pair kernel (two products in one launch) has entries of its own, whose layout names
    four operands. Entries are overrides: every shape gets a config without one.
 3. On a GPU, for fp16 and bf16: the wave model (``helion_ops.model``) picks among the tile
    shapes that won the table (a serving batch's forward: the batch model,
-   ``model.batch_product``); the split-K kernel gets ``split_rule``, and the pair kernel
-   the model's choice where it predicts one launch faster than two (``model_pair``), else
-   ``pair_rule``; a product of a few rows (``few_rows``: thin, of at most 32 rows and a long
-   K, or its weight off 16 bytes) narrow tiles of its own (``few_rows_config``); a
-   flattened candidate with a K loop of 8 to 16 steps runs as many pipeline stages as
-   shared memory holds, beside a bias tile too (``deepened``), and so does a flat one of a
-   product bound by memory bandwidth, split-K's too (``streaming``); a product of 65 to 128
-   rows and a long K takes the tile and split over K that give it the most programs of one
-   wave (``one_wave_stream``). fp32 (and GPUs without a model) get Helion's built-in
+   ``model.batch_product``); the split-K kernel gets ``long_k.split_rule``, and the pair
+   kernel the model's choice where it predicts one launch faster than two (``model_pair``),
+   else ``pair_rule``; a product of a few rows (``narrow_tiles.few_rows``: thin, of at most 32
+   rows and a long K, or its weight off 16 bytes) narrow tiles of its own
+   (``narrow_tiles.few_rows_config``); a flattened candidate with a K loop of 8 to 16 steps
+   runs as many pipeline stages as shared memory holds, beside a bias tile too
+   (``pipelines.deepened``), and so does a flat one of a product bound by memory bandwidth,
+   split-K's too (``pipelines.streaming``); a product of 65 to 128 rows and a long K takes
+   the tile and split over K that give it the most programs of one wave
+   (``long_k.one_wave_stream``). fp32 (and GPUs without a model) get Helion's built-in
    heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
@@ -45,27 +47,31 @@ import torch
 from helion.autotuner.base_search import BaseAutotuner
 from helion.runtime.settings import default_autotuner_fn
 
-from helion_ops.candidates import SMALL_OUTPUT, flattened, split_config
+from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.candidates import config as plain_config
+from helion_ops.loads import (
+    k_masks_vectorize,
+    masks_vectorize,
+    row_bytes,
+    rows_off_lines,
+    tensor_descriptors_only,
+    tma_aligned,
+)
+from helion_ops.long_k import one_wave_stream, split_rule
 from helion_ops.model import (
-    BATCH_MODEL_ROWS,
     LINE_BYTES,
     TRANSPOSED_PLAIN,
     Product,
-    bandwidth_bound,
     batch_choice,
     batch_product,
-    k_block,
-    k_steps,
     pair_of,
-    power_of_two_pieces,
     shipped_batch_model,
     shipped_model,
-    split_k_block,
     split_of,
     tail_split,
-    vector_bytes,
 )
+from helion_ops.narrow_tiles import few_rows, few_rows_config
+from helion_ops.pipelines import deepened, fit_for_bias, streaming
 from helion_ops.table import (
     TableKey,
     config_key,
@@ -81,6 +87,7 @@ if TYPE_CHECKING:
     from helion.runtime.kernel import BoundKernel
 
     from helion_ops.model import Model
+
 
 AUTOTUNE_ENV = "HELION_OPS_AUTOTUNE"
 
@@ -186,28 +193,6 @@ def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:
     return Product(*mnk, layout, aligned, sms, rows_off_lines(a, b), row_bytes(a, b))
 
 
-def row_bytes(*tensors: torch.Tensor) -> int:
-    """The model's ``row_bytes``: the widest vector (in bytes, at most 16) that every row
-    (column, where column-major) of these 2-D tensors starts on, as the kernel sees them:
-    Helion bakes the strides into its code, Triton knows a base address 16-byte aligned or
-    not at all, and a tensor without a unit stride loads element by element."""
-    widths = []
-    for t in tensors:
-        size = t.element_size()
-        if 1 not in t.stride() or t.data_ptr() % 16:
-            widths.append(size)
-        else:
-            widths += [vector_bytes(s * size) for s in t.stride() if s != 1]
-    return min(widths, default=16)
-
-
-def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
-    """The model's ``off_lines`` of ``a @ b``: whether ``a``'s and ``b``'s rows (columns,
-    where column-major) start off 128-byte lines, their leading stride in bytes not a
-    multiple of ``model.LINE_BYTES``."""
-    return tuple(max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in (a, b))
-
-
 class LastWaveSplit(NamedTuple):
     """Where ``a @ b`` runs ``last_wave_kernel``: ``rows`` in whole waves of tiles, the rest
     split over K; ``eager``: also without a CUDA graph capture (see ``EAGER_SPLIT_MS``)."""
@@ -222,6 +207,7 @@ class LastWaveSplit(NamedTuple):
 # (no host time) or the product's own kernel time hides them. So outside a capture only
 # products predicted to run this long or longer split.
 EAGER_SPLIT_MS = 0.2
+
 
 _last_wave_splits: dict[tuple, LastWaveSplit | None] = {}
 # Output elements of one wave of the model's smallest tiles (64x32) on an H100/H200's 132 SMs.
@@ -351,58 +337,6 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the K loops of the split kernels (split-K, the last wave's tail) load ``a``
-    and ``b`` in vectors. Their loop ends where a piece of K does, so Helion masks every
-    load by K and loads by pointer; where K is not a multiple of 16 bytes and an operand is
-    contiguous along K, the mask differs from element to element and each is loaded alone
-    (no vector loads, no asynchronous copies). On the H200 (bf16) the GPT-2 head's
-    ``grad_out @ mat2.T`` (4096x768, K = 50257, staged) took 2.4-3.7 ms split-K and 1.5-2.0
-    with its last wave split, against 0.61 ms on the plain kernel with tensor descriptors."""
-    size = a.element_size()
-    return all(length * size % 16 == 0 for dim, length in _contiguous_sizes(a, b) if dim == "k")
-
-
-def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the plain kernel's pointer loads of ``a`` and ``b`` vectorize: along each
-    operand's contiguous dimension the size is a whole number of 16 bytes. Else the bounds
-    mask of the last tile along it differs from element to element, and every load is of one
-    element: the model's fit (on sizes of whole 16 bytes) does not hold for pointer candidates
-    there, so for aligned operands it chooses among tensor descriptors
-    (``Model.best_plain``'s ``tma_only``), which need no mask. (Unaligned operands' factors
-    were measured on every candidate as it runs on them, masks included.) On the H200 (bf16)
-    the GPT-2 head's forward, staged (N = 50257 along b's rows), took 2.15 ms on a pointer
-    candidate and 0.68 on tensor descriptors."""
-    size = a.element_size()
-    return all(length * size % 16 == 0 for _, length in _contiguous_sizes(a, b))
-
-
-def tensor_descriptors_only(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the model chooses for ``a @ b`` among tensor-descriptor candidates only: where
-    pointer loads' masks do not vectorize (``masks_vectorize``), but for operands whose rows
-    start on 4 or 8 bytes, not 16 (``row_bytes``). Their factors were measured on each
-    candidate as it runs on them, pointers and masks included, and rows of 8 bytes favour
-    pointer tiles (H200, bf16, call 299: 1100^3 on 128x128x64 pointer tiles 13-16 us, on
-    128x256x64 tensor-descriptor ones, loading by pointer there, 20-21; call 300, NOTES
-    129). Rows of 2 bytes keep the rule: their choice was not measured without it."""
-    return not masks_vectorize(a, b) and row_bytes(a, b) in (a.element_size(), 16)
-
-
-def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]:
-    """(name, size) of each dimension ("m", "k" or "n") along which an operand of ``a @ b``
-    is contiguous (unit stride), once per such operand: where a pointer load's bounds mask
-    runs element by element unless the size is a whole number of 16 bytes."""
-    m, k = a.shape
-    n = b.shape[1]
-    dims = ((a, (("m", m), ("k", k))), (b, (("k", k), ("n", n))))
-    return [
-        dim
-        for t, sizes in dims
-        for dim, stride in zip(sizes, t.stride(), strict=True)
-        if stride == 1
-    ]
-
-
 # Where the transposed kernel pays (H200, bf16 and fp16, NOTES 59): K of at least this many
 # elements, or at most this many waves of 128x128 output tiles. Over more tiles of a shorter
 # K, the transposed store of each tile costs more than its loads save (32768x1000x512, 2048
@@ -444,309 +378,6 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     return table_config(table, config_key(a, b), epilogue) is None
 
 
-def tma_aligned(*tensors: torch.Tensor) -> bool:
-    """Whether tensor descriptors can load these 2-D tensors: one unit stride, the other
-    stride and the base 16-byte aligned (else Helion falls back to pointer indexing): rows
-    (columns, where column-major) that start on 16 bytes (``row_bytes``)."""
-    return row_bytes(*tensors) == 16
-
-
-# Thin products: a few rows (decode steps of a batch of at most 64) times a weight of a long K
-# and a narrow N. Reading the weight is all their time; the wave model's tiles along N
-# (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight.
-# Where K loads in vectors and enough narrow tiles stream the weight (``narrow_in_flight``)
-# they run the plain kernel on those (``few_rows_config``); else, and where K loads element
-# by element (K off 16 bytes: the GPT-2 head's grad_out @ mat2.T, 4x768x50257), they split
-# over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16 tiles: 96 KiB of
-# shared memory, so two fit an SM): 1162 us -> 55.5 (aten 79.5) on the H200 (bf16, call
-# 243, NOTES 112). The bounds are the most measured: N of 768 to 8192, K of 4096
-# to 50257. With more columns (16x14336x4096, 112 tiles of 128) the model's choice ran 1.07x
-# faster than the narrow tiles (31.3 us against 33.3, call 250).
-THIN_ROWS = 64
-THIN_COLUMNS = 64 * 128
-THIN_K = 4096
-THIN_TILE = (64, 128, 4, 4)  # BM, BN, stages, warps
-
-
-def thin(m: int, n: int, k: int) -> bool:
-    """Whether ``m x n x k`` is a thin product (``THIN_ROWS`` and the rest above)."""
-    return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
-
-
-def few_tiles_long_k(m: int, n: int, k: int) -> bool:
-    """At most 1024 output tiles of 64x64 and K at least 8x M and N."""
-    return m * n <= 1024 * 64 * 64 and k >= 8 * max(m, n)
-
-
-# A serving batch's products past the thin class (65 to 704 rows: the batch model's, a decode
-# batch, a short prompt, an MoE expert) whose 128x256 tiles would fill at most a third of a
-# wave (an H200's 132 SMs) and whose K is longer than ``THIN_K``: the plain kernel leaves most
-# SMs idle or, on smaller tiles, reads the weight once a row tile; they split over K in equal
-# pieces (``split_rule``). On the 25 batch training shapes (H200, bf16, under CUDA graphs,
-# call 266, NOTES 118) all seven such products ran faster split or within 1% (208x4096x11008
-# 0.82 -> 0.97 of aten, 232x3072x8192 0.88 -> 1.11, 336x2048x8192 0.58 -> 0.87); of the
-# others the split lost on every one of more tiles and K at most 8192 (300x4096x4096: 48
-# tiles, 0.82 -> 0.70) and tied on K short of THIN_K (272x3584x3584, 400x1408x2048). A K of
-# THIN_K itself is too short to pay for the split's extra passes (zeroing and rounding the
-# fp32 sums): on the held-out batch draw (call 267) 128x6144x4096 0.83 -> 0.62, 96x11008x4096
-# 0.84 -> 0.74, 80x4096x4096 1.04 -> 1.00, where the one such training shape had gained
-# (88x4096x4096 0.79 -> 0.85): that bound was set on the draw, which no longer holds it out.
-# Products of 65 to 128 rows and a K of at least 2048 now follow ``one_wave_stream`` instead.
-BATCH_SPLIT_ROWS = range(THIN_ROWS + 1, BATCH_MODEL_ROWS.stop)
-BATCH_SPLIT_MAX_TILES = 132 // 3  # a third of an H200's SMs
-
-
-def long_k_batch(m: int, n: int, k: int) -> bool:
-    """Whether ``m x n x k`` is a serving batch's product that splits over K
-    (``BATCH_SPLIT_ROWS`` and the rest above)."""
-    tiles = math.ceil(m / 128) * math.ceil(n / 256)
-    return m in BATCH_SPLIT_ROWS and k > THIN_K and tiles <= BATCH_SPLIT_MAX_TILES
-
-
-# A product of 65 to 128 rows and a K of at least STREAM_MIN_K (a linear layer's forward at a
-# decode or small prefill batch, or its backward's grad_out @ w.T) is bound by reading the
-# weight once (``model.bandwidth_bound``); its programs each stream their columns of it in a
-# deep pipeline (``streaming``), at most one an SM. What sets its time is how many SMs stream
-# in one wave: a second wave, even of a few programs, costs about as much as the first.
-# ``one_wave_stream`` picks 128x128 tiles (the weight read once), 64x128 (two row tiles),
-# 128x128 split over K in equal pieces of at least STREAM_MIN_PIECE, or 64x64 (two row
-# tiles), whichever gives the most programs that fit one wave. On the H200 (bf16, 'rc', under
-# CUDA graphs, call 285, NOTES 125) seven such products of no set ran fastest on the configs
-# of most programs up to a wave, each in one wave: 120x8704x3072 on 68 programs of 128x128
-# 19.5 us against 26.1 on 136 of 64x128 (aten 17.5); 96x6656x5120 on 104 of 64x128 23.0
-# against 30.0 on 52 of 128x128; 80x4864x4864 in 3 pieces (114 programs) 18.4; 100x10752x4096
-# on 84 of 128x128 30.1 against 39.1 on 168 of 64x128. Six of the seven took the measured
-# best; 72x5632x4608's 132 programs in 3 pieces ran 20.7 against 19.5 on 88 of 64x128. Eight
-# more (call 288, NOTES 126), with 64x64, 128x64 and 128x256 tiles too: 64x64 where it alone
-# gives the most programs, 92x4096x2560 on 128 programs 8.6 us against 11.1 on 64 of 64x128
-# (aten 6.7), 76x3072x3072 on 96 10.8 against 12.6 in 3 pieces (72); where it ties a split
-# it lost (84x3584x5120: 112 programs, 15.7 against 14.7 in 4 pieces), so it comes last on a
-# tie; 128x64 and 128x256 never ran more than 3% faster than the rule's choice. The 64x64
-# tile steps K by 256 (3 stages, as many as fit): on the four products of no set where it
-# ran (call 292, NOTES 127) 1.02-1.11x as fast as by 64 in 8 stages (76x3072x3072 10.9 ->
-# 9.8 us, 92x4096x2560 8.6 -> 8.5, 66x2560x10240 33.2 -> 30.2); the other tiles ran 0.82-1.08x
-# as fast by 128 (64x128 faster on four of nine), 0.52-0.94x by 256. On the ten products of
-# our sets that run 64x64 (call 293, both layouts): 1.054x, 116x2304x2304 and 100x4096x2048
-# 'rc' 5-8% slower.
-STREAM_ROWS = range(THIN_ROWS + 1, 129)
-STREAM_MIN_K = 2048
-STREAM_MIN_PIECE = 1024
-
-
-class StreamTile(NamedTuple):
-    """``one_wave_stream``'s choice: the tile, the number of equal K pieces (1: plain) and
-    the K step of a plain tile's loop."""
-
-    rows: int
-    columns: int
-    pieces: int
-    block_k: int = 64
-
-
-@functools.cache
-def one_wave_stream(m: int, n: int, k: int, sms: int, splits: bool = True) -> StreamTile | None:
-    """The tile and number of equal K pieces of a streaming product (``STREAM_ROWS`` and the
-    rest above): the most programs that fit one wave of ``sms``; on a tie the plain kernel
-    of 128 columns, then fewer pieces, then 64x64 tiles; ``splits=False``: the plain
-    kernel's only. None for other products, and where no choice fits one wave. Cached: the
-    launchers' slow path asks on every call (through ``kernel.long_k_product``), and costing
-    the splits takes about 24 microseconds."""
-    if m not in STREAM_ROWS or k < STREAM_MIN_K or few_tiles_long_k(m, n, k):
-        return None
-    options = [
-        StreamTile(128, 128, 1),
-        StreamTile(64, 128, 1),
-        StreamTile(64, 64, 1, 256),
-    ]
-    if splits:
-        for split in range(2, 65):
-            pieces = math.ceil(k / split_k_block(k, split))
-            if k // pieces >= STREAM_MIN_PIECE:
-                options.append(StreamTile(128, 128, pieces))
-
-    def programs(tile: StreamTile) -> int:
-        return math.ceil(m / tile.rows) * math.ceil(n / tile.columns) * tile.pieces
-
-    fitting = [tile for tile in options if programs(tile) <= sms]
-    if not fitting:
-        return None
-    return max(fitting, key=lambda t: (programs(t), t.columns, -t.pieces))
-
-
-# Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
-# of 64 where those give half of one, else of 32 (``few_rows_config``). On the H200 (bf16,
-# call 255): 1x9216x3072 on 72 programs of 128 columns 23.3 us, on 144 of 64 17.0.
-WAVE_PROGRAMS = 132
-WIDE_TILE_PROGRAMS = 66
-
-
-def wide_tiles_fill_a_wave(n: int) -> bool:
-    """Whether a few rows' ``n`` columns give ``WAVE_PROGRAMS`` tiles of 128."""
-    return math.ceil(n / 128) >= WAVE_PROGRAMS
-
-
-# Products of at most this many rows outside the thin class that run narrow tiles too
-# (``narrow``): a K of NARROW_MIN_K to THIN_K, or a weight wide enough for a wave of
-# programs of 128 columns. On the H200 (bf16, under CUDA graphs, against aten; NOTES 115):
-# 1x9216x3072 17.0-17.2 us on 16x64x256 against the model's 49.2 (aten 17.9-19.1; calls 255
-# and 256), 28x8192x3584 18.1-18.4 against 19.9 (16.5-16.9), 12x18176x4544 on 16x128x128
-# 46.1 against 53.1 (45.1-45.2), the LM heads of 128256-256000 columns 0.99-1.00 of aten
-# against 0.95-0.99. Where 128 columns give 86-112 programs and K is 4096 (8x14336x4096,
-# 12x11008x4096, 32x14336x4096; call 256) the model's choice ran 10-23% faster than 64
-# columns, and with 64 rows the model's tile is about the narrow one (64x20480x5120: 60.8 us
-# against 63.6, call 255): those stay the model's.
-NARROW_ROWS = 32
-NARROW_MIN_K = 3072  # the shortest measured
-
-
-def narrow(m: int, n: int, k: int) -> bool:
-    """Whether an fp16 or bf16 ``m x n x k`` product runs narrow tiles (``few_rows_config``,
-    or a split over K where those do not pay: ``narrow_tiles_pay``): thin, or of at most
-    ``NARROW_ROWS`` rows and a K of at least ``NARROW_MIN_K``, short of ``THIN_K`` or with
-    128 columns for ``WAVE_PROGRAMS`` programs."""
-    if thin(m, n, k):
-        return True
-    return m <= NARROW_ROWS and k >= NARROW_MIN_K and (k < THIN_K or wide_tiles_fill_a_wave(n))
-
-
-def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the plain kernel runs ``a @ b`` on ``few_rows_config`` rather than the model's
-    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and thin, or with ``b`` (the weight)
-    not loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257
-    elements), or ``narrow`` past thin with both operands loadable so. (A narrow product
-    whose ``a`` is not, K off 16 bytes, keeps the model's choice, and the staging of ``a``,
-    a few rows, where the model predicts it pays: narrow tiles would load K by pointer.)"""
-    m, k = a.shape
-    n = b.shape[1]
-    return (
-        a.dtype in (torch.float16, torch.bfloat16)
-        and m <= THIN_ROWS
-        and (thin(m, n, k) or not tma_aligned(b) or (narrow(m, n, k) and tma_aligned(a)))
-    )
-
-
-def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
-    """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
-    tile of 16 to 64, narrow tiles along N (64 columns for 33 to 64 rows; else 128, 64 or 32
-    by ``WAVE_PROGRAMS`` and ``WIDE_TILE_PROGRAMS``) in a deep pipeline, so that
-    about a program an SM streams its columns of the weight with many loads in flight.
-    ``tma``: both operands load by tensor descriptors; else by pointer in one stage, where
-    b's rows load element by element and no asynchronous copy can pipeline them.
-
-    On the H200 (bf16, calls 250 and 255, NOTES 114-115; each against aten and the thin
-    split it replaces, under CUDA graphs) these were the fastest of 13-18 configs or within
-    4%: 1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's
-    40.9), 48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2
-    head's forward at 4 tokens by pointer 29.4 (aten 39.3; the model's choice, unstaged,
-    76.7); on 128 columns 12x18176x4544 43.6 (aten 45.1; 43.1 on 16x128x64 in 6 stages)."""
-    bm = max(16, 1 << (m - 1).bit_length())
-    if not tma:
-        return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
-    if bm == THIN_ROWS:
-        return plain_config(bm, 64, 128, 4, 6, "flat")
-    if wide_tiles_fill_a_wave(n):
-        columns = 128
-    else:
-        columns = 64 if math.ceil(n / 64) >= WIDE_TILE_PROGRAMS else 32
-    return plain_config(bm, columns, 128 if columns == 128 else 256, 4, 4, "flat")
-
-
-# The bytes of the weight that a thin product's narrow tiles keep in flight, at the least:
-# (programs) x (stages - 1) x (a stage's tile of the weight). Below it a thin product splits
-# over K instead, its programs about two an SM. On the H200 (bf16, calls 250-251, NOTES 114):
-# 24x2048x8192 on 64 programs of 32x32x256 (3 MiB) took 18.6 us against the split's 9.4
-# (aten 9.4); 1x2560x10240 on 80 of 16x32x256 (3.75 MiB) 19.5-19.8 against 21.8.
-NARROW_IN_FLIGHT = 3.5 * 2**20
-
-
-def narrow_in_flight(m: int, n: int, itemsize: int) -> bool:
-    """Whether a thin ``m x n`` product's narrow tiles (``few_rows_config`` on tensor
-    descriptors) keep ``NARROW_IN_FLIGHT`` bytes of the weight in flight."""
-    chosen = few_rows_config(m, n, tma=True).config
-    bm, bn, bk = chosen["block_sizes"]
-    programs = math.ceil(m / bm) * math.ceil(n / bn)
-    return programs * (chosen["num_stages"] - 1) * bk * bn * itemsize >= NARROW_IN_FLIGHT
-
-
-def narrow_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
-    """Whether a thin product runs narrow tiles rather than a split over K: they keep enough
-    of the weight in flight (``narrow_in_flight``), and, where they are 32 columns wide (a
-    row of the weight read 64 bytes at a time) for at most ``NARROW_ROWS`` rows, K is under
-    twice N. Past that 64x128 tiles split over K ran faster on the H200 (bf16, under CUDA
-    graphs, NOTES 115): 3x3072x8192 14.3 us against 19.6 (aten 16.0-16.7; calls 255-256),
-    8x3584x18944 35.7 against 40.3 (39.8-40.1); 1x2560x10240 the other way, 21.4 against
-    19.6 (17.1-17.3). With 64 columns, 4x6144x24576 split 94.0 us against 70.8 (71.5)."""
-    columns = few_rows_config(m, n, tma=True).config["block_sizes"][1]
-    long_k = m <= NARROW_ROWS and columns == 32 and k >= 2 * n
-    return narrow_in_flight(m, n, itemsize) and not long_k
-
-
-def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """A thin product's split-K config: ``THIN_TILE``, K cut so that the programs (tiles
-    times pieces) come nearest, by ratio, to two per SM: the pieces of power-of-two blocks
-    that it was measured with (``power_of_two_pieces``), now of equal length."""
-    bm, bn, stages, warps = THIN_TILE
-    tiles = math.ceil(m / bm) * math.ceil(n / bn)
-
-    def distance(split: int) -> float:
-        return abs(math.log(tiles * math.ceil(k / k_block(k, split)) / (2 * sms)))
-
-    split = min((1 << e for e in range(9)), key=distance)
-    return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
-
-
-def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """The split-K kernel's config where the table has none: ``thin_split`` for a thin
-    product (whose K loads element by element), else ``least_cost_split`` among
-    ``BATCH_SPLIT_TILES`` for a serving batch's product (``long_k_batch``, not also
-    ``few_tiles_long_k``) and among ``SPLIT_TILES`` for the rest.
-
-    Costed in equal pieces since NOTES 120; before, in the power-of-two blocks the kernel
-    once cut. The eight products of our sets whose split moved (a backward's
-    ``grad_out @ mat2.T`` of an LM head or the weight gradient of a tall product; 1-49
-    pieces -> 2-64) ran 1.002-1.082x faster on the H200 (bf16 backwards under CUDA graphs,
-    call 271), for example the held-out 49152x512x1024's 198.3 -> 183.2 us (12 pieces of
-    128x128 -> 8 of 128x256) and 128x152064x3584's 764.2 -> 738.7 (38 -> 9); two weight
-    gradients of 999936 rows (call 272) 1.054x (62 -> 22 pieces) and 0.992x (16 -> 33). The
-    table's split-K keys keep their tuned entries (256x768 outputs of a K of 1e6: 62 pieces,
-    where the rule cuts 22)."""
-    if thin(m, n, k):
-        return thin_split(m, n, k, sms)
-    stream = one_wave_stream(m, n, k, sms)
-    if stream is not None:
-        return split_config(128, 128, 64, stream.pieces, 4)  # (its splits' tile)
-    if long_k_batch(m, n, k) and not few_tiles_long_k(m, n, k):
-        return least_cost_split(m, n, k, sms, BATCH_SPLIT_TILES)
-    return least_cost_split(m, n, k, sms, SPLIT_TILES)
-
-
-def wave_cost(
-    m: int, n: int, k: int, sms: int, tile: tuple[int, int, int, int, float], block: int
-) -> float:
-    """The split-K kernel's cost with a tile of ``SPLIT_TILES``' form and K in blocks of
-    ``block``: its ``tiles * pieces`` programs run in ``ceil(programs / sms)`` rounds of
-    ``block / 64`` steps plus the atomic add of the fp32 tile (``ATOMIC_STEPS``), each at the
-    tile's cost."""
-    bm, bn, _, _, step = tile
-    programs = math.ceil(m / bm) * math.ceil(n / bn) * math.ceil(k / block)
-    return step * math.ceil(programs / sms) * (math.ceil(min(block, k) / 64) + ATOMIC_STEPS)
-
-
-def least_cost_split(
-    m: int, n: int, k: int, sms: int, tiles: tuple[tuple[int, int, int, int, float], ...]
-) -> helion.Config:
-    """The tile of ``tiles`` and number of equal K pieces (``split_k_block``, 1 to 64) of
-    least ``wave_cost``; on a tie the fewer pieces, then the tile listed first."""
-    options = [
-        (wave_cost(m, n, k, sms, tile, split_k_block(k, split)), split, index)
-        for index, tile in enumerate(tiles)
-        for split in range(1, 65)
-    ]
-    _, split, index = min(options)
-    bm, bn, stages, warps, _ = tiles[index]
-    return split_config(bm, bn, 64, split, stages, warps=warps)
-
-
 def splits_k(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the split-K kernel's config for ``a @ b`` cuts K at all: False where it would
     be ``split_rule``'s with one piece (no table entry; fp16 and bf16 on a GPU with a model),
@@ -764,20 +395,6 @@ def _key_splits_k(key: tuple, device: torch.device) -> bool:
     if shipped_model(arch) is None or table_config(tuned_table(arch), key, "plain") is not None:
         return True
     return split_rule(*key[:3], sm_count(device)).config["split_k"] > 1
-
-
-# The split-K rule's tiles: (BM, BN, stages, warps, the cost of one K step of 64). The costs
-# are the wave model's per-step coefficients of the plain kernel's tiles of these shapes
-# (sm90, bf16: 680-713 ns for 128x256, 374-410 for 128x128), relative; on a tie the wider.
-SPLIT_TILES = ((128, 256, 3, 8, 1.8), (128, 128, 4, 4, 1.0))
-# A serving batch's split (``split_rule``) also has 64x256 tiles of one warpgroup: as many
-# MACs a K step as 128x128, so its step cost. With them it picks the fastest timed split on
-# all seven batch training shapes of that class (H200, bf16, call 266, 3-9 splits timed on
-# each); with ``SPLIT_TILES`` alone it missed two (144x5120x13824 and 704x1536x8960: 128x256
-# in 3 pieces, 0.91 of 64x256 in 2).
-BATCH_SPLIT_TILES = (*SPLIT_TILES, (64, 256, 4, 4, 1.0))
-# What the split-K kernel's atomic add of one fp32 tile costs, in the tile's K steps of 64.
-ATOMIC_STEPS = 8
 
 
 def tuned_pair(*operands: torch.Tensor) -> bool:
@@ -819,108 +436,6 @@ def epilogue_of(bound_kernel: BoundKernel, products: int = 1) -> str:
     2), 'bias' for one that also loads a tile."""
     memory_ops = bound_kernel.config_spec.indexing.length
     return "plain" if memory_ops <= PLAIN_MEMORY_OPS * products else "bias"
-
-
-# Shared memory a block may use on sm90 (H100, H200).
-SHARED_MEMORY_BYTES = 227 * 1024
-
-
-def fit_for_bias(config: helion.Config, itemsize: int) -> helion.Config:
-    """A plain config made to fit a bias epilogue.
-
-    A flattened persistent loop keeps the operands' pipeline buffers live through the
-    epilogue (to prefetch the next tile), so the bias tile and the output tile come on top of
-    them. Where that exceeds an SM's shared memory (128x256x64 tiles in 3 stages of bf16: 144
-    KiB of operands and 64 KiB each for the bias and the output, against 227), the tile runs
-    unflattened, which fits; smaller ones (128x128x64 in 4 stages: 128 + 32 + 32 KiB) keep
-    the flattened loop, which on short K loops is most of their speed.
-    """
-    if not flattened(config) or stages_that_fit(config, itemsize, 2) >= config.config["num_stages"]:
-        return config
-    return helion.Config(**{k: v for k, v in config.config.items() if k != "range_flattens"})
-
-
-def stages_that_fit(config: helion.Config, itemsize: int, tiles: int) -> int:
-    """How many pipeline stages of ``config``'s operand tiles fit in an SM's shared memory
-    beside ``tiles`` tiles of its output's size (the output's, and a bias's), for each of the
-    persistent programs that share the SM."""
-    bm, bn, bk = config.config["block_sizes"][:3]
-    programs = config.config.get("num_sm_multiplier", 1)
-    room = SHARED_MEMORY_BYTES // (programs * itemsize) - tiles * bm * bn  # elements
-    return room // (bm * bk + bk * bn)
-
-
-# The deepest pipeline measured (NOTES 95): 128x128x64 tiles in 6 stages.
-DEEPEST_PIPELINE = 6
-# The K loops a deeper pipeline pays on (NOTES 95, 96): 8 to 16 steps.
-DEEPENED_K_STEPS = range(8, 17)
-
-
-def deepened(config: helion.Config, itemsize: int, k: int, tiles: int = 1) -> helion.Config:
-    """A flattened persistent config with as many pipeline stages as shared memory holds
-    beside ``tiles`` tiles of its output's size (1, or 2 with a bias), up to
-    ``DEEPEST_PIPELINE``, where its K loop has ``DEEPENED_K_STEPS`` steps; other configs, and
-    other loops, as they are.
-
-    A flattened loop runs one pipeline through all of a program's tiles, so the next tile's
-    loads overlap this tile's epilogue; the shorter the K loop, the more of its time that
-    overlap is. On the H200 (bf16, tritonbench under CUDA graphs) 128x128x64 tiles in 6
-    stages rather than 4 ran the forwards of K = 768 (12 steps) 1.7-2.9% faster in all 6
-    pairs of runs, 3 shapes in 2 rounds (8192x2304x768 51.2 -> 49.7-50.1 us, 12608x768x768
-    29.2 -> 28.7), and with K of 3072 to 8192 -2% to +1% (NOTES 95); the memory-bound tall
-    products of K = 256 (4 steps) 0.1-3.1% slower (98304x128x256 24.2 -> 24.9 us, NOTES 96).
-    Beside a bias tile, 5 stages rather than 4 ran four of five addmm forwards of K = 512 and
-    768 0.8-1.1% faster, the fifth 0.2% slower (NOTES 96). The model's fit was timed at the
-    candidate's own depth, so it predicts the deeper tile a little slow. The larger flattened
-    tiles already fill shared memory in 3 stages. ``choose_config`` does not deepen the
-    transposed kernel.
-    """
-    if not flattened(config) or k_steps(config, k) not in DEEPENED_K_STEPS:
-        return config
-    return _as_deep_as_fits(config, itemsize, tiles, DEEPEST_PIPELINE)
-
-
-def _as_deep_as_fits(
-    config: helion.Config, itemsize: int, tiles: int, deepest: int, steps: int | None = None
-) -> helion.Config:
-    """``config`` with as many pipeline stages as ``stages_that_fit`` beside ``tiles`` output
-    tiles, at most ``deepest``; ``config`` itself where that is no deeper than it runs or,
-    where ``steps`` (a program's K loop) is given, longer than the loop."""
-    stages = min(deepest, stages_that_fit(config, itemsize, tiles))
-    if stages <= config.config["num_stages"] or (steps is not None and steps < stages):
-        return config
-    return helion.Config(**{**config.config, "num_stages": stages})
-
-
-# The deepest pipeline of a product bound by memory bandwidth (``streaming``): 64x128x64 tiles
-# in 9 stages ran as fast as in 7 (H200, call 280, NOTES 124).
-DEEPEST_STREAM = 8
-
-
-def streaming(
-    config: helion.Config, itemsize: int, m: int, n: int, k: int, tiles: int = 1
-) -> helion.Config:
-    """A flat (not persistent) config of an ``m x n x k`` product bound by memory bandwidth
-    (``model.bandwidth_bound``: a serving batch's or a linear layer's forward of a few row
-    tiles, a split-K product) with as many pipeline stages as shared memory holds beside
-    ``tiles`` tiles of its output's size, up to ``DEEPEST_STREAM``; other configs as they are.
-
-    Such a product streams its weight once: its speed is the bytes each SM keeps in flight,
-    one operand stage a K step. On the H200 (bf16, under CUDA graphs, call 280), four
-    products of 72-120 rows of no set in both layouts ran 64x128x64 tiles in 7 stages rather
-    than the candidate's 5 1.07-1.12x faster (96x6656x5120 'rc' 26.7 -> 23.7 us, aten 20.8),
-    128x128x64 in 6 rather than 4 1.08-1.16x (120x8704x3072 23.0 -> 19.9, aten 17.3), and
-    the split-K kernel's 128x128x64 in 6 stages (3 pieces) 17.9 us against the rule's 4
-    stages' 19.5 on 80x4864x4864 (aten 12.3). A program's K loop shorter than the pipeline
-    (a weight gradient of a few rows' K) keeps the candidate's depth. On the 38 products of
-    our sets whose depth it moves (call 281, ``launch_mm``, two interleaved rounds) it ran
-    1.021x faster: 20 faster by 1-27% (80x11008x2048 'rc' 18.8 -> 14.9 us), 8 slower by 2-4%
-    (256x512x16384 'cr' 12.6 -> 13.1, 6x8192x2048 'rc' 7.1 -> 7.5; five of them on 64x64x128
-    tiles), 10 within 1% (NOTES 124)."""
-    if config.config.get("pid_type", "flat") != "flat" or not bandwidth_bound(m, n, k):
-        return config
-    piece = split_k_block(k, config.config.get("split_k", 1))  # a program's K
-    return _as_deep_as_fits(config, itemsize, tiles, DEEPEST_STREAM, k_steps(config, piece))
 
 
 class _Chosen(BaseAutotuner):

@@ -7,12 +7,12 @@ and the bias cost no extra pass over the output. Scalars and tensors an epilogue
 are lifted to kernel arguments: one compiled kernel serves every alpha and beta but 1, whose
 epilogues leave their multiplies out (``scaled``): a specialization, and a fast-path key, of
 their own. Products with few output tiles and a long K, serving batches' of few tiles and a
-long K (``configs.long_k_batch``), and thin ones (``configs.thin``) whose K loads element by
+long K (``long_k.long_k_batch``), and thin ones (``narrow_tiles.thin``) whose K loads element by
 element, go to ``split_k_kernel`` instead (``wants_split_k``, where
 its config cuts K: ``configs.splits_k``), whose fp32 partial sums need one pass to scale, add
 the bias and cast (under ``torch.use_deterministic_algorithms(True)``,
 ``split_k_pieces_kernel``: each piece's sums stored apart, then summed by torch.sum);
-other products of a few rows run narrow tiles (``configs.few_rows``).
+other products of a few rows run narrow tiles (``narrow_tiles.few_rows``).
 The backward's two products, where both are small (``wants_pair``) or the wave model predicts
 it faster (``configs.model_pair``), run in one launch of ``pair_kernel``: the same tile loop
 twice, each over its own range of programs. fp16/bf16 products whose b rows lie on 16 bytes
@@ -58,22 +58,17 @@ from triton.runtime.errors import OutOfResources
 from helion_ops import native
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
-    WAVE_PROGRAMS,
-    few_tiles_long_k,
-    k_masks_vectorize,
     last_wave_split,
-    long_k_batch,
     model_pair,
-    narrow,
-    narrow_tiles_pay,
-    one_wave_stream,
     operands_key,
     select_config,
     splits_k,
-    thin,
     transposed_pays,
     tuned_pair,
 )
+from helion_ops.loads import k_masks_vectorize
+from helion_ops.long_k import few_tiles_long_k, long_k_batch, one_wave_stream
+from helion_ops.narrow_tiles import WAVE_PROGRAMS, narrow, narrow_tiles_pay, thin
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
 from helion_ops.staging import staged
 from helion_ops.table import product_mnk
@@ -528,9 +523,9 @@ def _kernel_for(
 def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` splits over K wherever K loads in
     vectors: in fp16 and bf16, a streaming product (65 to 128 rows, a long K) where
-    ``configs.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
+    ``long_k.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
     (``few_tiles_long_k``), or, in fp16 and bf16, a serving batch's product of few tiles and
-    a long K (``configs.long_k_batch``)."""
+    a long K (``long_k.long_k_batch``)."""
     stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
     if stream:
         return stream.pieces > 1
@@ -539,9 +534,9 @@ def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
 
 def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: a long-K
-    product (``long_k_product``), or, in fp16 and bf16, a thin one (``configs.thin``; fp32's
+    product (``long_k_product``), or, in fp16 and bf16, a thin one (``narrow_tiles.thin``; fp32's
     split-K config is Helion's default, never measured on those) whose K is not a whole
-    number of 16 bytes or whose narrow tiles do not pay (``configs.narrow_tiles_pay``).
+    number of 16 bytes or whose narrow tiles do not pay (``narrow_tiles.narrow_tiles_pay``).
     ``launch_addmm`` reads the operands: it splits a long-K product where K's masks load in
     vectors (``k_masks_vectorize``), a thin one where they do not (as here wherever an
     operand is contiguous along K: every layout the tuner times but ``cr``) or its narrow
@@ -556,7 +551,7 @@ def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
 def modelled(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether the wave model chooses the config of an ``m x n x k`` product of ``dtype``
     and may pair it: not a long-K product (``long_k_product``), nor, in fp16 and bf16,
-    ``narrow`` (narrow tiles of its own: ``configs.few_rows_config``)."""
+    ``narrow`` (narrow tiles of its own: ``narrow_tiles.few_rows_config``)."""
     return not long_k_product(m, n, k, dtype) and not (dtype in FAST_DTYPES and narrow(m, n, k))
 
 
@@ -805,8 +800,8 @@ def launch_addmm(
     # serving batch's, NOTES 116 and 118, or a streaming one, NOTES 125) splits where K loads
     # in vectors; a thin one where it does not (its plain kernel then loads element by
     # element and is slower still, NOTES 112) or where its narrow tiles do not pay (too little
-    # of the weight in flight, or a long K: ``configs.narrow_tiles_pay``), else, outside the
-    # few-tiles class, it runs the plain kernel on those (``configs.few_rows_config``, NOTES
+    # of the weight in flight, or a long K: ``narrow_tiles.narrow_tiles_pay``), else, outside the
+    # few-tiles class, it runs the plain kernel on those (``narrow_tiles.few_rows_config``, NOTES
     # 114-115).
     deterministic = deterministic_algorithms()
     long_k = long_k_product(m, n, k, a.dtype)

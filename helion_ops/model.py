@@ -94,7 +94,7 @@ MODEL_CANDIDATES = [
 # 64-704 rows (H200, bf16, call 262) those were the fastest of 18 configs on 8 (NOTES 117).
 BATCH_CANDIDATES = [*MODEL_CANDIDATES, config(64, 256, 64, 4, 4, "flat", "pointer")]
 # The rows of a serving batch's forward: those of its training shapes. (Those of few tiles and
-# a long K split over K instead: ``configs.long_k_batch``.)
+# a long K split over K instead: ``long_k.long_k_batch``.)
 BATCH_MODEL_ROWS = range(64, 705)
 # A linear layer's x @ w.T ('rc') of 64 to this many rows takes the batch model's choice for
 # the same product row-major (no 'rc' timing was fit). On the 'rc' training timings of call
@@ -230,7 +230,7 @@ def split_k_block(k: int, split: int) -> int:
 
 def power_of_two_pieces(k: int, split: int) -> int:
     """How many pieces the split-K kernel cut K in for a ``split_k`` of ``split`` when its K
-    blocks were powers of two (``k_block``): ``configs.thin_split`` costs such blocks, as it
+    blocks were powers of two (``k_block``): ``long_k.thin_split`` costs such blocks, as it
     was measured, and asks for this count, now of equal pieces; tables written before
     (``table.entries_of``) count such blocks."""
     return math.ceil(k / k_block(k, split))
@@ -320,10 +320,10 @@ UNALIGNED_TREND_POINTS = 4
 
 class Product(NamedTuple):
     """A product as the model sees it: ``m x n x k``, its operands' ``layout`` (e.g. 'rc'),
-    whether they are 16-byte ``aligned`` (``configs.tma_aligned``), the GPU's SM count, and
+    whether they are 16-byte ``aligned`` (``loads.tma_aligned``), the GPU's SM count, and
     whether ``a``'s and ``b``'s rows start off 128-byte lines (``dense_off_lines``,
-    ``configs.rows_off_lines``; read only where aligned), and the widest vector in bytes (2,
-    4 or 8) that every operand's rows start on (``dense_row_bytes``, ``configs.row_bytes``;
+    ``loads.rows_off_lines``; read only where aligned), and the widest vector in bytes (2,
+    4 or 8) that every operand's rows start on (``dense_row_bytes``, ``loads.row_bytes``;
     read only where not aligned)."""
 
     m: int
@@ -387,7 +387,7 @@ class Model:
         ties (within ``PREDICTED_TIE``), where ``break_ties``, the one with the fewest output
         tiles, then K steps: fewer tiles read each operand fewer times, which the model does
         not see. (Not for addmm's bias epilogue, where the larger tiles lose their flattened
-        loop: ``configs.fit_for_bias``.)"""
+        loop: ``pipelines.fit_for_bias``.)"""
         times = self._times(product, tma_only)
         if not times:
             return None
@@ -402,7 +402,7 @@ class Model:
         """(predicted ms, candidate) of the fastest candidate, or None where none has a fit.
 
         ``tma_only``: among the candidates with tensor descriptors only, where some size
-        would not vectorize pointer loads (``configs.masks_vectorize``): the fit, made on
+        would not vectorize pointer loads (``loads.masks_vectorize``): the fit, made on
         sizes of whole 16 bytes, does not hold for pointer loads there."""
         times = self._times(product, tma_only)
         return (min(times)[0], self.candidates[min(times)[1]]) if times else None

@@ -19,16 +19,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from helion_ops.configs import (
-    few_rows,
-    masks_vectorize,
-    model_product,
-    model_without_entry,
-    operands_key,
-    rows_off_lines,
-    tma_aligned,
-)
+from helion_ops.configs import model_product, model_without_entry, operands_key
+from helion_ops.loads import masks_vectorize, rows_off_lines, tma_aligned
 from helion_ops.model import LINE_BYTES
+from helion_ops.narrow_tiles import few_rows
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -84,7 +78,7 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
     without a table entry on a GPU with a model; decided once per ``operands_key``. Never a
-    product of a few rows on narrow tiles of its own (``configs.few_rows``: thin, narrow, or
+    product of a few rows on narrow tiles of its own (``narrow_tiles.few_rows``: thin, narrow, or
     its weight off 16 bytes): reading the weight is all their time, which a copy would
     double."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):

@@ -49,7 +49,7 @@ import helion
 import torch
 import triton
 
-from helion_ops import configs, table
+from helion_ops import configs, loads, narrow_tiles, table
 from helion_ops.candidates import (
     BIAS_CANDIDATES,
     CANDIDATES,
@@ -89,12 +89,12 @@ def candidates_for(
     m: int, n: int, k: int, dtype: torch.dtype, epilogue: str = "plain"
 ) -> list[helion.Config]:
     """The configs timed for one key (Helion's default comes on top of them): a narrow
-    product's tiles (``configs.narrow``, ``configs.few_rows_config``) among the small
+    product's tiles (``narrow_tiles.narrow``, ``narrow_tiles.few_rows_config``) among the small
     candidates."""
     if wants_split_k(m, n, k, dtype):
         return SPLIT_CANDIDATES
     if not modelled(m, n, k, dtype):
-        return [configs.few_rows_config(m, n, tma=True), *SMALL_CANDIDATES]
+        return [narrow_tiles.few_rows_config(m, n, tma=True), *SMALL_CANDIDATES]
     if m * n <= SMALL_OUTPUT:
         return SMALL_CANDIDATES
     large = CANDIDATES + BIAS_CANDIDATES if epilogue == "bias" else CANDIDATES
@@ -668,7 +668,7 @@ def tune_keys(
             print(f"[gpu {gpu}: {i}/{len(keys)}] {m}x{n}x{k} {args.dtype} {layout} {epilogue}")
             wait(compiling[key])
             a, b = operands(m, n, k, layout, dtype, torch.empty)
-            aligned = configs.tma_aligned(a, b)
+            aligned = loads.tma_aligned(a, b)
             record = functools.partial(_add_record, records, key, aligned, sms)
             entry = tune_key(key, dtype, candidates[key], args.autotune, record, not args.training)
             found[key] = entry

@@ -14,7 +14,19 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from helion_ops import candidates, configs, model, ops, plans, shapes, tune
+from helion_ops import (
+    candidates,
+    configs,
+    loads,
+    long_k,
+    model,
+    narrow_tiles,
+    ops,
+    pipelines,
+    plans,
+    shapes,
+    tune,
+)
 from helion_ops.kernel import (
     _kernel_for,
     long_k_product,
@@ -202,11 +214,11 @@ def test_thin_and_split_k_products_are_not_the_models(m, n, k):
 def test_few_rows_configs(m, n, tma, blocks, stages, indexing):
     """The narrow tiles measured fastest or within 4% on the H200 (calls 250 and 255, NOTES
     114-115), each within an SM's shared memory."""
-    chosen = configs.few_rows_config(m, n, tma).config
+    chosen = narrow_tiles.few_rows_config(m, n, tma).config
     assert chosen["block_sizes"] == blocks and chosen["num_stages"] == stages
     assert chosen["indexing"] == indexing and chosen["pid_type"] == "flat"
     bm, bn, bk = blocks
-    assert (bm + bn) * bk * 2 * stages + 2 * bm * bn * 2 <= configs.SHARED_MEMORY_BYTES
+    assert (bm + bn) * bk * 2 * stages + 2 * bm * bn * 2 <= pipelines.SHARED_MEMORY_BYTES
 
 
 @pytest.mark.parametrize(
@@ -217,7 +229,7 @@ def test_narrow_tiles_in_flight(m, n, enough):
     """Where a thin product's narrow tiles keep enough of the weight in flight: the bound
     lies between the measured 3 MiB (24x2048x8192: 64 programs, the split 2x faster) and
     3.75 MiB (1x2560x10240: 80 programs, the narrow tiles faster; call 251, NOTES 114)."""
-    assert configs.narrow_in_flight(m, n, torch.bfloat16.itemsize) is enough
+    assert narrow_tiles.narrow_in_flight(m, n, torch.bfloat16.itemsize) is enough
 
 
 @pytest.mark.parametrize(
@@ -236,7 +248,7 @@ def test_narrow_tiles_pay(m, n, k, narrow):
     """A thin product runs narrow tiles where they keep enough of the weight in flight and,
     where they are 32 columns wide for at most 32 rows, K is under twice N; else it splits
     over K (calls 255-256, NOTES 115)."""
-    assert configs.narrow_tiles_pay(m, n, k, torch.bfloat16.itemsize) is narrow
+    assert narrow_tiles.narrow_tiles_pay(m, n, k, torch.bfloat16.itemsize) is narrow
 
 
 def test_few_rows_products():
@@ -245,24 +257,24 @@ def test_few_rows_products():
     rows whose weight's rows are off 16 bytes (the GPT-2 head's forward); fp16 and bf16
     only."""
     for dtype in (torch.float16, torch.bfloat16):
-        assert configs.few_rows(
+        assert narrow_tiles.few_rows(
             torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8192, dtype=dtype)
         )
         head = torch.empty(4, 768, dtype=dtype), torch.empty(768, 50257, dtype=dtype)
-        assert configs.few_rows(*head)
-        assert not configs.few_rows(torch.empty(65, 768, dtype=dtype), head[1])
+        assert narrow_tiles.few_rows(*head)
+        assert not narrow_tiles.few_rows(torch.empty(65, 768, dtype=dtype), head[1])
         wide = torch.empty(16, 4096, dtype=dtype), torch.empty(4096, 8200, dtype=dtype)
-        assert not configs.few_rows(*wide)  # more columns than thin, rows on 16 bytes
-        assert configs.few_rows(wide[0][:, :3072], wide[1][:3072])  # K short of THIN_K
-        assert not configs.few_rows(wide[0][:, :3064], wide[1][:3064])  # ... of NARROW_MIN_K
+        assert not narrow_tiles.few_rows(*wide)  # more columns than thin, rows on 16 bytes
+        assert narrow_tiles.few_rows(wide[0][:, :3072], wide[1][:3072])  # K short of THIN_K
+        assert not narrow_tiles.few_rows(wide[0][:, :3064], wide[1][:3064])  # ... of NARROW_MIN_K
         odd_k = torch.empty(16, 3073, dtype=dtype), torch.empty(3073, 8200, dtype=dtype)
-        assert not configs.few_rows(*odd_k)  # a's rows off 16 bytes: the model's choice
+        assert not narrow_tiles.few_rows(*odd_k)  # a's rows off 16 bytes: the model's choice
         head = torch.empty(32, 4096, dtype=dtype), torch.empty(4096, 132 * 128, dtype=dtype)
-        assert configs.few_rows(*head)  # a wave of programs of 128 columns
-        assert not configs.few_rows(head[0][:, :3064], head[1][:3064])
-        assert not configs.few_rows(torch.empty(33, 4096, dtype=dtype), head[1])
+        assert narrow_tiles.few_rows(*head)  # a wave of programs of 128 columns
+        assert not narrow_tiles.few_rows(head[0][:, :3064], head[1][:3064])
+        assert not narrow_tiles.few_rows(torch.empty(33, 4096, dtype=dtype), head[1])
     fp32 = torch.empty(4, 768), torch.empty(768, 50257)
-    assert not configs.few_rows(*fp32)
+    assert not narrow_tiles.few_rows(*fp32)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
@@ -522,10 +534,10 @@ def test_a_streaming_products_plain_tile_fits_shared_memory(m, n, k, tile, bias,
     the kernel of a linear layer's x @ w.T holds them all and asks for no more than an H200's
     shared memory."""
     x, w_t = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(n, k, dtype=torch.bfloat16).T
-    chosen = configs.one_wave_stream(m, n, k, 132, splits=False)
+    chosen = long_k.one_wave_stream(m, n, k, 132, splits=False)
     assert (chosen.rows, chosen.columns, chosen.block_k) == tile
     plain = candidates.config(*tile, 4, 2, "flat", "pointer")
-    config = configs.streaming(plain, 2, m, n, k, tiles=2 if bias else 1)
+    config = pipelines.streaming(plain, 2, m, n, k, tiles=2 if bias else 1)
     epilogue = scaled_plus_bias(1.0, 1.0, torch.randn(m, n, dtype=x.dtype)) if bias else scaled(1.0)
     code = matmul_kernel.bind((x, w_t, epilogue)).to_triton_code(config)
     bm, bn, bk = tile
@@ -548,20 +560,20 @@ def test_a_flattened_plain_entry_runs_a_bias_epilogue_unflattened_where_it_would
     """128x256x64 in 3 stages with a bias tile asks 272 KiB of bf16 (227 on sm90): unflattened;
     128x128x64 in 4 stages 192 KiB: kept, but not as two programs per SM, nor in fp32."""
     entry = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved", flatten=True)
-    fitted = configs.fit_for_bias(entry, 2)
+    fitted = pipelines.fit_for_bias(entry, 2)
     assert "range_flattens" not in fitted.config
     assert {**fitted.config, "range_flattens": [True, None]} == entry.config
     plain = candidates.config(128, 256, 64, 8, 3, "persistent_interleaved")
-    assert configs.fit_for_bias(plain, 2) is plain
+    assert pipelines.fit_for_bias(plain, 2) is plain
     small = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
-    assert configs.fit_for_bias(small, 2) is small
-    assert "range_flattens" not in configs.fit_for_bias(small, 4).config
+    assert pipelines.fit_for_bias(small, 2) is small
+    assert "range_flattens" not in pipelines.fit_for_bias(small, 4).config
     two = candidates.config(128, 128, 64, 8, 2, "persistent_interleaved", flatten=True)
-    assert configs.fit_for_bias(two, 2) is two
+    assert pipelines.fit_for_bias(two, 2) is two
     two_per_sm = candidates.config(
         128, 128, 64, 8, 2, "persistent_interleaved", flatten=True, sm_multiplier=2
     )
-    assert "range_flattens" not in configs.fit_for_bias(two_per_sm, 2).config
+    assert "range_flattens" not in pipelines.fit_for_bias(two_per_sm, 2).config
 
 
 def test_a_flattened_candidate_of_8_to_16_k_steps_runs_as_many_stages_as_shared_memory_holds():
@@ -571,20 +583,20 @@ def test_a_flattened_candidate_of_8_to_16_k_steps_runs_as_many_stages_as_shared_
     per SM and fp32 keep their depth."""
     small = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
     for k in (449, 768, 1024):
-        assert configs.deepened(small, 2, k).config == {**small.config, "num_stages": 6}
-        assert configs.deepened(small, 2, k, tiles=2).config == {**small.config, "num_stages": 5}
+        assert pipelines.deepened(small, 2, k).config == {**small.config, "num_stages": 6}
+        assert pipelines.deepened(small, 2, k, tiles=2).config == {**small.config, "num_stages": 5}
     for k in (64, 256, 448, 1025):
-        assert configs.deepened(small, 2, k) is small
-    assert configs.deepened(small, 4, 768) is small
+        assert pipelines.deepened(small, 2, k) is small
+    assert pipelines.deepened(small, 4, 768) is small
     for bm, bn, bk in ((128, 256, 64), (256, 128, 64), (128, 128, 128)):
         large = candidates.config(bm, bn, bk, 8, 3, "persistent_interleaved", flatten=True)
-        assert configs.deepened(large, 2, 1024) is large
+        assert pipelines.deepened(large, 2, 1024) is large
     unflattened = candidates.config(128, 128, 64, 4, 3, "flat", "pointer")
-    assert configs.deepened(unflattened, 2, 768) is unflattened
+    assert pipelines.deepened(unflattened, 2, 768) is unflattened
     two_per_sm = candidates.config(
         128, 128, 64, 8, 2, "persistent_interleaved", flatten=True, sm_multiplier=2
     )
-    assert configs.deepened(two_per_sm, 2, 768) is two_per_sm
+    assert pipelines.deepened(two_per_sm, 2, 768) is two_per_sm
 
 
 def test_a_bandwidth_bound_products_flat_tiles_run_as_many_stages_as_shared_memory_holds():
@@ -596,24 +608,24 @@ def test_a_bandwidth_bound_products_flat_tiles_run_as_many_stages_as_shared_memo
     narrow = candidates.config(64, 128, 64, 4, 5, "flat", "pointer")
     wide = candidates.config(128, 128, 64, 4, 3, "flat", "pointer")
     mnk = (96, 6656, 5120)
-    assert configs.streaming(narrow, 2, *mnk).config == {**narrow.config, "num_stages": 8}
-    assert configs.streaming(wide, 2, *mnk).config == {**wide.config, "num_stages": 6}
-    assert configs.streaming(wide, 2, *mnk, tiles=2).config == {**wide.config, "num_stages": 5}
-    assert configs.streaming(narrow, 2, 4096, 4096, 4096) is narrow  # above the ridge
+    assert pipelines.streaming(narrow, 2, *mnk).config == {**narrow.config, "num_stages": 8}
+    assert pipelines.streaming(wide, 2, *mnk).config == {**wide.config, "num_stages": 6}
+    assert pipelines.streaming(wide, 2, *mnk, tiles=2).config == {**wide.config, "num_stages": 5}
+    assert pipelines.streaming(narrow, 2, 4096, 4096, 4096) is narrow  # above the ridge
     persistent = candidates.config(128, 128, 64, 4, 4, "persistent_interleaved", flatten=True)
-    assert configs.streaming(persistent, 2, *mnk) is persistent
+    assert pipelines.streaming(persistent, 2, *mnk) is persistent
     full = candidates.config(128, 256, 64, 8, 3, "flat", "pointer")
-    assert configs.streaming(full, 2, *mnk) is full
-    assert configs.streaming(wide, 2, 3584, 4096, 68) is wide  # a K loop of 2 steps
-    split = configs.split_rule(80, 4864, 4864, 132)
+    assert pipelines.streaming(full, 2, *mnk) is full
+    assert pipelines.streaming(wide, 2, 3584, 4096, 68) is wide  # a K loop of 2 steps
+    split = long_k.split_rule(80, 4864, 4864, 132)
     assert split.config["split_k"] == 3 and split.config["num_stages"] == 4
-    assert configs.streaming(split, 2, 80, 4864, 4864).config == {
+    assert pipelines.streaming(split, 2, 80, 4864, 4864).config == {
         **split.config,
         "num_stages": 6,
     }
     # 64 pieces of a K of 16384: 4 steps a program.
     pieces = candidates.split_config(128, 128, 64, 64, 4)
-    assert configs.streaming(pieces, 2, 256, 512, 16384) is pieces
+    assert pipelines.streaming(pieces, 2, 256, 512, 16384) is pieces
 
 
 def test_a_streaming_products_programs_fill_one_wave_at_most():
@@ -622,36 +634,36 @@ def test_a_streaming_products_programs_fill_one_wave_at_most():
     whichever gives the most programs that fit one wave (132 SMs); on a tie the plain kernel
     of 128 columns, then fewer pieces, then 64x64. On the H200 (calls 285 and 288) these are
     the fastest configs timed, or within 1%, on seven of the probe shapes."""
-    tile = configs.StreamTile
-    assert configs.one_wave_stream(120, 8704, 3072, 132) == tile(128, 128, 1)  # 68
-    assert configs.one_wave_stream(96, 6656, 5120, 132) == tile(64, 128, 1)  # 104, as 2 pieces
-    assert configs.one_wave_stream(80, 4864, 4864, 132) == tile(128, 128, 3)  # 114
-    assert configs.one_wave_stream(112, 3840, 6144, 132) == tile(128, 128, 4)  # 120
-    assert configs.one_wave_stream(100, 10752, 4096, 132) == tile(128, 128, 1)  # 84
-    assert configs.one_wave_stream(92, 4096, 2560, 132) == tile(64, 64, 1, 256)  # 128
-    assert configs.one_wave_stream(76, 3072, 3072, 132) == tile(64, 64, 1, 256)  # 96; 72 in 3
-    assert configs.one_wave_stream(84, 3584, 5120, 132) == tile(128, 128, 4)  # 112, as 64x64
+    tile = long_k.StreamTile
+    assert long_k.one_wave_stream(120, 8704, 3072, 132) == tile(128, 128, 1)  # 68
+    assert long_k.one_wave_stream(96, 6656, 5120, 132) == tile(64, 128, 1)  # 104, as 2 pieces
+    assert long_k.one_wave_stream(80, 4864, 4864, 132) == tile(128, 128, 3)  # 114
+    assert long_k.one_wave_stream(112, 3840, 6144, 132) == tile(128, 128, 4)  # 120
+    assert long_k.one_wave_stream(100, 10752, 4096, 132) == tile(128, 128, 1)  # 84
+    assert long_k.one_wave_stream(92, 4096, 2560, 132) == tile(64, 64, 1, 256)  # 128
+    assert long_k.one_wave_stream(76, 3072, 3072, 132) == tile(64, 64, 1, 256)  # 96; 72 in 3
+    assert long_k.one_wave_stream(84, 3584, 5120, 132) == tile(128, 128, 4)  # 112, as 64x64
     # A batch training shape whose splits call 266 timed (128x256 in 3 pieces fastest, 120
     # programs): 80 programs of 128x128, not timed then.
-    assert configs.one_wave_stream(72, 10240, 8192, 132) == tile(128, 128, 1)
-    assert configs.one_wave_stream(80, 4864, 4864, 132, splits=False) == tile(64, 128, 1)
-    assert configs.one_wave_stream(84, 3584, 5120, 132, splits=False) == tile(64, 64, 1, 256)
-    assert configs.one_wave_stream(100, 2048, 8192, 132) == tile(128, 128, 8)  # pieces of 1024
-    assert configs.one_wave_stream(100, 4096, 2048, 132) == tile(64, 64, 1, 256)  # 2 pieces at most
+    assert long_k.one_wave_stream(72, 10240, 8192, 132) == tile(128, 128, 1)
+    assert long_k.one_wave_stream(80, 4864, 4864, 132, splits=False) == tile(64, 128, 1)
+    assert long_k.one_wave_stream(84, 3584, 5120, 132, splits=False) == tile(64, 64, 1, 256)
+    assert long_k.one_wave_stream(100, 2048, 8192, 132) == tile(128, 128, 8)  # pieces of 1024
+    assert long_k.one_wave_stream(100, 4096, 2048, 132) == tile(64, 64, 1, 256)  # 2 pieces at most
     for outside in [(64, 8704, 3072), (129, 8704, 3072), (120, 8704, 2047), (100, 1024, 8192)]:
-        assert configs.one_wave_stream(*outside, 132) is None
-    assert configs.one_wave_stream(100, 18944, 3584, 132) is None  # 148 columns of 128
+        assert long_k.one_wave_stream(*outside, 132) is None
+    assert long_k.one_wave_stream(100, 18944, 3584, 132) is None  # 148 columns of 128
     # K steps of 256 on 64x64 tiles: 3 stages of 64 KiB fit beside the output tile, and
     # beside a bias tile too.
     by_256 = candidates.config(64, 64, 256, 4, 2, "flat", "pointer")
     for tiles in (1, 2):
-        deepest = configs.streaming(by_256, 2, 92, 4096, 2560, tiles=tiles)
+        deepest = pipelines.streaming(by_256, 2, 92, 4096, 2560, tiles=tiles)
         assert deepest.config["num_stages"] == 3
     # The launcher splits where the rule does, and the split-K rule cuts as many pieces.
     assert long_k_product(80, 4864, 4864, torch.bfloat16)
-    assert configs.split_rule(80, 4864, 4864, 132).config["split_k"] == 3
+    assert long_k.split_rule(80, 4864, 4864, 132).config["split_k"] == 3
     assert not long_k_product(120, 8704, 3072, torch.bfloat16)
-    assert configs.split_rule(120, 8704, 3072, 132).config["split_k"] == 1
+    assert long_k.split_rule(120, 8704, 3072, 132).config["split_k"] == 1
     assert not long_k_product(80, 4864, 4864, torch.float32)
 
 
@@ -675,7 +687,7 @@ def test_table_lookup_by_epilogue_then_dtype():
     assert lookup(8192, "bfloat16", "rr", "bias") is bias
     assert lookup(8192, "float16", "rr", "bias") is bias
     assert lookup(8192, "float16", "rr", "plain") is plain
-    assert lookup(4096, "bfloat16", "rr", "bias") == configs.fit_for_bias(plain, 2)
+    assert lookup(4096, "bfloat16", "rr", "bias") == pipelines.fit_for_bias(plain, 2)
     assert "range_flattens" not in lookup(4096, "bfloat16", "rr", "bias").config
     assert lookup(4096, "float16", "rr", "plain") is fp16_plain
     assert lookup(4096, "float16", "rr", "bias") is fp16_plain
@@ -716,7 +728,7 @@ def test_tune_shape_flag_parses_mxnxk():
 def test_tune_candidates_are_sized_to_the_output(mnk, kind):
     """The tuner times the kernel and configs the launcher would choose among: a narrow
     product's narrow tiles among the small candidates."""
-    narrow = configs.few_rows_config(mnk[0], mnk[1], tma=True)
+    narrow = narrow_tiles.few_rows_config(mnk[0], mnk[1], tma=True)
     want = {
         "small": candidates.SMALL_CANDIDATES,
         "medium": candidates.SMALL_CANDIDATES + candidates.CANDIDATES,
@@ -838,10 +850,10 @@ def test_tune_times_what_a_key_gets_without_an_entry(monkeypatch):
         m, k = a.shape
         n = b.shape[1]
         if wants_split_k(m, n, k, torch.bfloat16):
-            return configs.streaming(configs.split_rule(m, n, k, 132), 2, m, n, k)
-        tile = configs.one_wave_stream(m, n, k, 132, splits=False)
+            return pipelines.streaming(long_k.split_rule(m, n, k, 132), 2, m, n, k)
+        tile = long_k.one_wave_stream(m, n, k, 132, splits=False)
         plain = candidates.config(tile.rows, tile.columns, tile.block_k, 4, 2, "flat", "pointer")
-        return configs.streaming(plain, 2, m, n, k)
+        return pipelines.streaming(plain, 2, m, n, k)
 
     def bound(m, n, k, layout, epilogue, dtype, fill):
         return Bound, (torch.empty(m, k, dtype=dtype), torch.empty(k, n, dtype=dtype)), None
@@ -850,7 +862,7 @@ def test_tune_times_what_a_key_gets_without_an_entry(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(configs, "choose_config", without_table)
     split = (200, 3584, 18944, "bfloat16", "rr", "plain")
-    rule = configs.streaming(configs.split_rule(200, 3584, 18944, 132), 2, 200, 3584, 18944)
+    rule = pipelines.streaming(long_k.split_rule(200, 3584, 18944, 132), 2, 200, 3584, 18944)
     assert rule.config["split_k"] == 4 and rule not in candidates.SPLIT_CANDIDATES
     assert tune.candidates_of_key(split, torch.bfloat16) == [
         "default",
@@ -1004,10 +1016,10 @@ def test_a_split_of_one_piece_is_left_to_the_plain_kernel(monkeypatch):
     monkeypatch.setattr(configs, "tuned_table", lambda arch: {})
     configs._key_splits_k.cache_clear()
     one, cut = (2048, 2048, 16384, "bfloat16", "rr"), (700, 300, 30000, "bfloat16", "cr")
-    assert configs.split_rule(*one[:3], 132).config["split_k"] == 1
+    assert long_k.split_rule(*one[:3], 132).config["split_k"] == 1
     assert not configs._key_splits_k(one, cuda)
     assert configs._key_splits_k(cut, cuda)
-    entry = configs.split_rule(*one[:3], 132)
+    entry = long_k.split_rule(*one[:3], 132)
     monkeypatch.setattr(configs, "tuned_table", lambda arch: {(*one, "plain"): entry})
     configs._key_splits_k.cache_clear()
     assert configs._key_splits_k(one, cuda)
@@ -1026,14 +1038,14 @@ def test_rows_of_8_bytes_choose_among_every_candidate():
     sliced = [torch.empty(1100, 1152, dtype=torch.bfloat16)[:, :1100] for _ in range(2)]
     whole = [torch.empty(1152, 1152, dtype=torch.bfloat16) for _ in range(2)]
     head = torch.empty(100, 768, dtype=torch.bfloat16), torch.empty(768, 50257).bfloat16()
-    assert not configs.masks_vectorize(*odd) and not configs.masks_vectorize(*sliced)
-    assert not configs.tensor_descriptors_only(*odd)
-    assert configs.tensor_descriptors_only(*sliced)
-    assert configs.tensor_descriptors_only(*head)
-    assert not configs.tensor_descriptors_only(*whole)
-    assert (configs.row_bytes(*odd), configs.row_bytes(*sliced)) == (8, 16)
-    assert configs.row_bytes(odd[0][:, 1:]) == 2  # a base off 16 bytes: element by element
-    assert configs.row_bytes(odd[0][:, ::2]) == 2  # no unit stride
+    assert not loads.masks_vectorize(*odd) and not loads.masks_vectorize(*sliced)
+    assert not loads.tensor_descriptors_only(*odd)
+    assert loads.tensor_descriptors_only(*sliced)
+    assert loads.tensor_descriptors_only(*head)
+    assert not loads.tensor_descriptors_only(*whole)
+    assert (loads.row_bytes(*odd), loads.row_bytes(*sliced)) == (8, 16)
+    assert loads.row_bytes(odd[0][:, 1:]) == 2  # a base off 16 bytes: element by element
+    assert loads.row_bytes(odd[0][:, ::2]) == 2  # no unit stride
     product = model.Product(1100, 1100, 1100, "rr", False, 132, row_bytes=8)
     chosen = model.shipped_model("sm90").choose(product)
     assert chosen.config["indexing"] == "pointer"

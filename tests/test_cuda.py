@@ -15,7 +15,19 @@ from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 import helion_ops
-from helion_ops import candidates, configs, kernel, model, plans, staging, table
+from helion_ops import (
+    candidates,
+    configs,
+    kernel,
+    loads,
+    long_k,
+    model,
+    narrow_tiles,
+    pipelines,
+    plans,
+    staging,
+    table,
+)
 from helion_ops.candidates import flattened
 
 pytestmark = pytest.mark.cuda
@@ -142,11 +154,11 @@ def test_every_model_candidate_is_correct(index, m, n, k, layout):
     bias = make((m, n), torch.bfloat16).detach()
     want = a.double() @ b.double()
     plain = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
-    got = plain.compile_config(configs.deepened(candidate, 2, k))(a, b, kernel.scaled(1.0))
+    got = plain.compile_config(pipelines.deepened(candidate, 2, k))(a, b, kernel.scaled(1.0))
     assert_matches(f"candidate {index} {layout}", got, torch.matmul(a, b), want)
     epilogue = kernel.scaled_plus_bias(1.0, 1.0, bias)
     with_bias = kernel.matmul_kernel.bind((a, b, epilogue))
-    fitted = configs.deepened(configs.fit_for_bias(candidate, 2), 2, k, tiles=2)
+    fitted = pipelines.deepened(pipelines.fit_for_bias(candidate, 2), 2, k, tiles=2)
     got = with_bias.compile_config(fitted)(a, b, epilogue)
     assert_matches(f"candidate {index} {layout} bias", got, torch.addmm(bias, a, b), want + bias)
 
@@ -157,7 +169,7 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     b = make((k, n), torch.float16).detach()
     bound = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
     chosen = configs.choose_config(bound, a, b)
-    assert chosen in [configs.deepened(c, 2, k) for c in model.MODEL_CANDIDATES]
+    assert chosen in [pipelines.deepened(c, 2, k) for c in model.MODEL_CANDIDATES]
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
@@ -208,8 +220,8 @@ def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
     chosen = configs.choose_config(kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0))), a, b)
     product = configs.model_product(a, b)
     chooser = model.shipped_batch_model if layout == "rr" else model.shipped_model
-    expected = configs.deepened(chooser("sm90").choose(product), 2, 8192)
-    assert chosen == configs.streaming(expected, 2, 176, 8192, 8192)
+    expected = pipelines.deepened(chooser("sm90").choose(product), 2, 8192)
+    assert chosen == pipelines.streaming(expected, 2, 176, 8192, 8192)
     assert_matches(layout, helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
 
 
@@ -226,7 +238,7 @@ def test_a_streaming_product_runs_the_one_wave_choice(
     monkeypatch, m, n, k, rows, columns, pieces, block_k
 ):
     """A linear layer's x @ w.T of 65-128 rows (no entry): the tile and K pieces of
-    ``configs.one_wave_stream``, as deep as shared memory holds; forward and backward match
+    ``long_k.one_wave_stream``, as deep as shared memory holds; forward and backward match
     float64."""
     monkeypatch.setattr(configs, "sm_count", lambda device: 132)
     monkeypatch.setattr(configs, "gpu_arch", lambda device: "sm90")
@@ -234,12 +246,12 @@ def test_a_streaming_product_runs_the_one_wave_choice(
     w_t = make((k, n), torch.bfloat16, transposed=True).detach()
     if pieces == 1:
         bound = kernel.matmul_kernel.bind((x, w_t, kernel.scaled(1.0)))
-        expected = configs.streaming(
+        expected = pipelines.streaming(
             candidates.config(rows, columns, block_k, 4, 2, "flat", "pointer"), 2, m, n, k
         )
     else:
         bound = kernel.split_k_kernel.bind((x, w_t))
-        expected = configs.streaming(candidates.split_config(128, 128, 64, pieces, 4), 2, m, n, k)
+        expected = pipelines.streaming(candidates.split_config(128, 128, 64, pieces, 4), 2, m, n, k)
     assert kernel.long_k_product(m, n, k, torch.bfloat16) is (pieces > 1)
     assert configs.choose_config(bound, x, w_t) == expected
     check_matmul(x.requires_grad_(), w_t.requires_grad_())
@@ -429,14 +441,14 @@ def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, chosen_configs, d
 
 
 def test_split_k_without_an_entry_runs_the_split_rule():
-    """A few output tiles and a long K, not in the table: ``configs.split_rule``'s config."""
+    """A few output tiles and a long K, not in the table: ``long_k.split_rule``'s config."""
     a = make((700, 30000), torch.bfloat16, transposed=True)  # a.T @ g of a tall product
     b = make((30000, 300), torch.bfloat16)
     assert kernel.wants_split_k(700, 300, 30000, torch.bfloat16)
     bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
     sms = configs.sm_count(a.device)
     chosen = configs.choose_config(bound, a, b)
-    assert chosen == configs.split_rule(700, 300, 30000, sms) and chosen.config["split_k"] > 1
+    assert chosen == long_k.split_rule(700, 300, 30000, sms) and chosen.config["split_k"] > 1
     check_matmul(a, b)
 
 
@@ -446,8 +458,8 @@ def test_split_k_without_an_entry_runs_the_split_rule():
 )
 def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, k, n, tile):
     """An MLP's down projection at a decode batch of 96 and a projection at 160 tokens
-    (``configs.long_k_batch``): split-K on ``configs.split_rule``'s config (the second on
-    64x256 tiles) as deep as ``configs.streaming`` makes it, b row-major or a transposed
+    (``long_k.long_k_batch``): split-K on ``long_k.split_rule``'s config (the second on
+    64x256 tiles) as deep as ``pipelines.streaming`` makes it, b row-major or a transposed
     view (nn.Linear's)."""
     from test_ops import launches
 
@@ -458,7 +470,7 @@ def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, 
     bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
     sms = configs.sm_count(a.device)
     chosen = configs.choose_config(bound, a, b)
-    expected = configs.streaming(configs.split_rule(m, n, k, sms), 2, m, n, k)
+    expected = pipelines.streaming(long_k.split_rule(m, n, k, sms), 2, m, n, k)
     assert chosen == expected and chosen.config["split_k"] > 1
     assert chosen.config["block_sizes"][:2] == tile
     check_matmul(a, b)
@@ -466,8 +478,8 @@ def test_a_long_k_batch_product_runs_the_split_rule(monkeypatch, transposed, m, 
 
 
 def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
-    """The GPT-2 head's grad_out @ mat2.T at 4 tokens (``configs.thin``, K of 50257 off 16
-    bytes): split-K on ``configs.thin_split``'s config, as deep as ``configs.streaming``
+    """The GPT-2 head's grad_out @ mat2.T at 4 tokens (``narrow_tiles.thin``, K of 50257 off 16
+    bytes): split-K on ``long_k.thin_split``'s config, as deep as ``pipelines.streaming``
     makes it."""
     from test_ops import launches
 
@@ -476,10 +488,10 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     launched = launches(monkeypatch)
     a = make((m, k), torch.bfloat16)
     b = make((k, n), torch.bfloat16, transposed=True)
-    assert configs.thin(m, n, k)
+    assert narrow_tiles.thin(m, n, k)
     bound = kernel.split_k_kernel.bind((a.detach(), b.detach()))
     sms = configs.sm_count(a.device)
-    expected = configs.streaming(configs.thin_split(m, n, k, sms), 2, m, n, k)
+    expected = pipelines.streaming(long_k.thin_split(m, n, k, sms), 2, m, n, k)
     assert configs.choose_config(bound, a, b) == expected
     check_matmul(a, b)
     assert launched[0] is kernel.split_k_kernel
@@ -498,10 +510,10 @@ def test_a_thin_product_with_k_off_16_bytes_runs_the_thin_split(monkeypatch):
     ],
 )
 def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, tma):
-    """Decode steps' products (``configs.few_rows``: thin ones whose narrow tiles pay, those
+    """Decode steps' products (``narrow_tiles.few_rows``: thin ones whose narrow tiles pay, those
     of at most 32 rows and a long K, and the GPT-2 head's forward, b's rows of 50257 off 16
     bytes, unstaged) run the plain kernel
-    on ``configs.few_rows_config``; forward and backward against float64, with a bias too."""
+    on ``narrow_tiles.few_rows_config``; forward and backward against float64, with a bias too."""
     from test_ops import launches
 
     # The GPT-2 head's forward has the key of the test above's backward product: with that
@@ -512,10 +524,10 @@ def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, 
     a = make((m, k), torch.bfloat16)
     b = make((k, n), torch.bfloat16, transposed=transposed)
     x, y = a.detach(), b.detach()
-    assert configs.few_rows(x, y) and configs.tma_aligned(x, y) is tma
+    assert narrow_tiles.few_rows(x, y) and loads.tma_aligned(x, y) is tma
     assert not staging.worth_staging(x, y) and not configs.transposed_pays(x, y)
     bound = kernel.matmul_kernel.bind((x, y, kernel.scaled(1.0)))
-    assert configs.choose_config(bound, x, y) == configs.few_rows_config(m, n, tma)
+    assert configs.choose_config(bound, x, y) == narrow_tiles.few_rows_config(m, n, tma)
     check_matmul(a, b)
     assert launched[0] is kernel.matmul_kernel
     check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
@@ -531,7 +543,7 @@ def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):
     one = (make((2048, 16384), torch.bfloat16), make((16384, 2048), torch.bfloat16))
     cut = (make((700, 30000), torch.bfloat16), make((30000, 300), torch.bfloat16))
     sms = configs.sm_count(one[0].device)
-    assert configs.split_rule(2048, 2048, 16384, sms).config["split_k"] == 1
+    assert long_k.split_rule(2048, 2048, 16384, sms).config["split_k"] == 1
     assert kernel.wants_split_k(2048, 2048, 16384, torch.bfloat16) and not configs.splits_k(*one)
     assert configs.splits_k(*cut)
     check_matmul(*one)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helion_ops import configs, kernel, model, shapes, tune, warmup
+from helion_ops import configs, kernel, loads, long_k, model, shapes, tune, warmup
 from helion_ops.candidates import config, flattened
 
 SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
@@ -31,7 +31,7 @@ BATCH_DRAW_CSV = SHAPE_SETS / "batch_draw.csv"
 # holds, drawn on 2026-12-04 to test what NOTES 122 left open, before any run.
 LINEAR_DRAW_CSV = SHAPE_SETS / "linear_draw.csv"
 # Linear layers of 65-128 rows from models no earlier set holds, drawn on 2026-12-04 to test
-# configs.one_wave_stream (NOTES 125) before its first run.
+# long_k.one_wave_stream (NOTES 125) before its first run.
 STREAM_DRAW_CSV = SHAPE_SETS / "stream_draw.csv"
 # Linear layers of 65-128 rows from models no earlier set holds, drawn on 2026-12-04 to test
 # one_wave_stream's 64x64 tiles (NOTES 126) before their first run.
@@ -350,9 +350,9 @@ def test_off_lines_reads_each_operands_leading_dimension():
     assert model.dense_off_lines(4096, 4096, 1000, "rc", 4) == (True, True)
     assert model.dense_off_lines(4096, 4096, 1056, "rc", 4) == (False, False)  # 32 fp32 a line
     a, b = torch.empty(64, 1000), torch.empty(3000, 1024).T[:1000]
-    assert configs.rows_off_lines(a, torch.empty(1000, 64)) == (True, False)
+    assert loads.rows_off_lines(a, torch.empty(1000, 64)) == (True, False)
     # a.T's columns are a's rows; b is a slice whose columns keep the lines of 1024.
-    assert configs.rows_off_lines(a.T, b) == (True, False)
+    assert loads.rows_off_lines(a.T, b) == (True, False)
 
 
 def test_rows_off_lines_make_the_shipped_model_prefer_tensor_descriptors():
@@ -458,7 +458,7 @@ def test_tma_only_chooses_among_tensor_descriptor_candidates():
     ],
 )
 def test_split_rule_takes_the_tile_and_split_of_least_wave_cost(m, n, k, tile, split):
-    config = configs.split_rule(m, n, k, SMS).config
+    config = long_k.split_rule(m, n, k, SMS).config
     assert (tuple(config["block_sizes"][:2]), config["split_k"]) == (tile, split)
 
 
@@ -470,7 +470,7 @@ def test_split_rule_takes_the_tile_and_split_of_least_wave_cost(m, n, k, tile, s
      (4, 768, 50257, 50)],
 )  # fmt: skip
 def test_split_rule_cuts_thin_products_into_two_programs_an_sm(m, n, k, split):
-    config = configs.split_rule(m, n, k, SMS).config
+    config = long_k.split_rule(m, n, k, SMS).config
     assert (config["block_sizes"], config["split_k"]) == ([64, 128, 64], split)
     programs = math.ceil(n / 128) * math.ceil(k / model.split_k_block(k, split))
     assert 2 * SMS / 1.5 < programs < 2 * SMS * 1.5
@@ -478,10 +478,10 @@ def test_split_rule_cuts_thin_products_into_two_programs_an_sm(m, n, k, split):
 
 def test_tensor_descriptor_alignment():
     rows = torch.empty(64, 40, dtype=torch.bfloat16)  # 80-byte rows
-    assert configs.tma_aligned(rows, rows.T)
-    assert not configs.tma_aligned(torch.empty(64, 41, dtype=torch.bfloat16))  # 82-byte rows
-    assert not configs.tma_aligned(rows[:, 1:])  # base 2 bytes past an aligned one
-    assert not configs.tma_aligned(rows[:, ::2])  # no unit stride
+    assert loads.tma_aligned(rows, rows.T)
+    assert not loads.tma_aligned(torch.empty(64, 41, dtype=torch.bfloat16))  # 82-byte rows
+    assert not loads.tma_aligned(rows[:, 1:])  # base 2 bytes past an aligned one
+    assert not loads.tma_aligned(rows[:, ::2])  # no unit stride
 
 
 def test_tune_takes_any_shape_and_refuses_an_empty_selection(capsys):
@@ -615,7 +615,7 @@ def test_power_of_two_splits_count_their_pieces():
 
 # The batch training shapes of the split class and the split that call 266 timed fastest.
 # (72x10240x8192, whose fastest split was 128x256 in 3 pieces, now streams unsplit on 128x128
-# tiles: ``configs.one_wave_stream``, NOTES 125.)
+# tiles: ``long_k.one_wave_stream``, NOTES 125.)
 @pytest.mark.parametrize(
     "m,n,k,tile,split",
     [
@@ -628,8 +628,8 @@ def test_power_of_two_splits_count_their_pieces():
     ],
 )
 def test_a_serving_batchs_split_is_of_least_wave_cost_in_equal_pieces(m, n, k, tile, split):
-    assert configs.long_k_batch(m, n, k)
-    config = configs.split_rule(m, n, k, SMS).config
+    assert long_k.long_k_batch(m, n, k)
+    config = long_k.split_rule(m, n, k, SMS).config
     assert (tuple(config["block_sizes"][:2]), config["split_k"]) == (tile, split)
     tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
     assert tiles * split <= SMS  # one wave
@@ -640,10 +640,10 @@ def test_few_tiles_of_a_long_k_split_on_the_wide_tiles():
     only ``SPLIT_TILES``, whose splits the few-tiles class was measured with: 136x1536x16384
     runs 128x256 in 11 pieces where 64x256 in 7 would cost less."""
     m, n, k = 136, 1536, 16384
-    assert configs.long_k_batch(m, n, k) and configs.few_tiles_long_k(m, n, k)
-    chosen = configs.split_rule(m, n, k, SMS).config
+    assert long_k.long_k_batch(m, n, k) and long_k.few_tiles_long_k(m, n, k)
+    chosen = long_k.split_rule(m, n, k, SMS).config
     assert (chosen["block_sizes"][:2], chosen["split_k"]) == ([128, 256], 11)
-    batch = configs.least_cost_split(m, n, k, SMS, configs.BATCH_SPLIT_TILES).config
+    batch = long_k.least_cost_split(m, n, k, SMS, long_k.BATCH_SPLIT_TILES).config
     assert (batch["block_sizes"][:2], batch["split_k"]) == ([64, 256], 7)
 
 

@@ -20,7 +20,7 @@ from reference import assert_matches
 from test_ops import make
 
 import helion_ops
-from helion_ops import configs, kernel, native, plans
+from helion_ops import kernel, narrow_tiles, native, plans
 
 needs_cuda = pytest.mark.cuda
 
@@ -388,7 +388,7 @@ def test_a_split_k_forward_replayed(extension, monkeypatch):
     takes the Python path instead (the plain kernel)."""
     torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
     m, n, k, dtype = 16, 2048, 8195, torch.bfloat16
-    assert configs.thin(m, n, k) and kernel.wants_split_k(m, n, k, dtype)
+    assert narrow_tiles.thin(m, n, k) and kernel.wants_split_k(m, n, k, dtype)
     assert not kernel.few_tiles_long_k(m, n, k)
     a, b = make((m, k), dtype), make((k, n), dtype)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)

@@ -10,7 +10,7 @@ from conftest import DEVICE, DTYPES
 from reference import assert_matches
 
 import helion_ops
-from helion_ops import AddMMFunction, MatMulFunction, configs, kernel, model
+from helion_ops import AddMMFunction, MatMulFunction, configs, kernel, long_k, model, narrow_tiles
 
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
 
@@ -88,7 +88,7 @@ def test_matmul_bwd(dtype_mode, backward_launches, m, k, n):
     check_matmul(a, b, fn=helion_ops.matmul_autograd)
 
 
-# A thin product (``configs.thin``) with K off 16 bytes runs split-K all the same (its plain
+# A thin product (``narrow_tiles.thin``) with K off 16 bytes runs split-K all the same (its plain
 # kernel would load element by element too): the forward of 3x40x4099, and the backward's
 # grad_out @ mat2.T of a 3x4101x40 product (3x40x4101). fp16 (and bf16) only: fp32 thin
 # products keep the plain kernel.
@@ -97,7 +97,7 @@ def test_matmul_bwd(dtype_mode, backward_launches, m, k, n):
 def test_thin_products_run_split_k_with_k_off_16_bytes(dtype_mode, monkeypatch, m, k, n, thin):
     launched = launches(monkeypatch)
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
-    assert configs.thin(*thin)
+    assert narrow_tiles.thin(*thin)
     check_matmul(a, b)
     assert kernel.split_k_kernel in launched
 
@@ -610,11 +610,11 @@ def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
     """A thin product outside the few-tiles class whose K loads in vectors (40x576x4096 in
     fp16), whose narrow tiles pay (``NARROW_IN_FLIGHT`` lowered to keep the interpreter's
     work small; more rows than ``NARROW_ROWS``, whose K may be long), runs the plain kernel
-    (those tiles on the GPU: ``configs.few_rows_config``) in every call: after the first,
+    (those tiles on the GPU: ``narrow_tiles.few_rows_config``) in every call: after the first,
     eager calls and captures alike through the fast path's plan (NOTES 114)."""
-    monkeypatch.setattr(configs, "NARROW_IN_FLIGHT", 0)
+    monkeypatch.setattr(narrow_tiles, "NARROW_IN_FLIGHT", 0)
     a, b = make((40, 4096), torch.float16), make((4096, 576), torch.float16)
-    assert configs.thin(40, 576, 4096) and not kernel.few_tiles_long_k(40, 576, 4096)
+    assert narrow_tiles.thin(40, 576, 4096) and not kernel.few_tiles_long_k(40, 576, 4096)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
@@ -631,7 +631,7 @@ def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
 
 # Thin products outside the few-tiles class that split over K: one whose K loads element by
 # element (K of 4100 fp16 elements: 8200 bytes a row of a, off 16 bytes), and one whose
-# narrow tiles would keep too little of the weight in flight (``configs.narrow_in_flight``).
+# narrow tiles would keep too little of the weight in flight (``narrow_tiles.narrow_in_flight``).
 THIN_SPLITS = [(3, 4100, 576), (3, 4096, 576)]
 
 
@@ -643,7 +643,7 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     the split in pieces (NOTES 113, 126)."""
     assert kernel.wants_split_k(m, n, k, torch.float16)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
-    assert configs.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
+    assert narrow_tiles.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
@@ -665,11 +665,11 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
 
 
 def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
-    """A serving batch's product of few tiles and K past THIN_K (``configs.long_k_batch``;
+    """A serving batch's product of few tiles and K past THIN_K (``long_k.long_k_batch``;
     72x1024x4608 in fp16) runs the split-K kernel, its backward's products the plain one;
     under torch's determinism switch the split in pieces (NOTES 116, 118, 126)."""
     m, k, n = 72, 4608, 1024
-    assert configs.long_k_batch(m, n, k) and not configs.thin(m, n, k)
+    assert long_k.long_k_batch(m, n, k) and not narrow_tiles.thin(m, n, k)
     assert not kernel.few_tiles_long_k(m, n, k)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
     kernel.reset()

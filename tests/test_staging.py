@@ -7,7 +7,7 @@ import torch
 from conftest import DEVICE
 from test_ops import check_addmm, check_matmul, make
 
-from helion_ops import configs, kernel, staging
+from helion_ops import kernel, loads, staging
 from helion_ops.model import Product, shipped_model
 
 SMS = 132  # an H100's or H200's
@@ -27,9 +27,9 @@ SMS = 132  # an H100's or H200's
 def test_aligned_copy(dtype, make_view):
     t = make_view(dtype)
     copy = staging.aligned_copy(t)
-    assert not configs.tma_aligned(t)
-    assert configs.tma_aligned(copy)
-    assert configs.rows_off_lines(copy, copy) == (False, False)  # padded to whole lines
+    assert not loads.tma_aligned(t)
+    assert loads.tma_aligned(copy)
+    assert loads.rows_off_lines(copy, copy) == (False, False)  # padded to whole lines
     assert torch.equal(copy, t)
     assert copy.data_ptr() != t.data_ptr()
     if 1 in t.stride():  # the layout kept: a transposed view stays one
@@ -43,8 +43,8 @@ def test_staged_copies_a_shared_operand_once(monkeypatch):
     at, bt = a.T, b.T
     (x1, y1), (x2, y2) = staging.staged([(at, g), (g, bt)])
     assert x1 is at  # aligned: not copied
-    assert y1 is x2 and configs.tma_aligned(y1) and torch.equal(y1, g)
-    assert configs.tma_aligned(y2) and torch.equal(y2, bt)
+    assert y1 is x2 and loads.tma_aligned(y1) and torch.equal(y1, g)
+    assert loads.tma_aligned(y2) and torch.equal(y2, bt)
     monkeypatch.setattr(staging, "worth_staging", lambda a, b: False)
     assert staging.staged([(a.T, g), (g, b.T)]) is None
 
@@ -96,7 +96,7 @@ def always_stage(monkeypatch):
         return aligned_copy(t)
 
     monkeypatch.setattr(staging, "aligned_copy", counted)
-    monkeypatch.setattr(staging, "worth_staging", lambda a, b: not configs.tma_aligned(a, b))
+    monkeypatch.setattr(staging, "worth_staging", lambda a, b: not loads.tma_aligned(a, b))
     kernel.reset()
     return copies
 
@@ -111,7 +111,7 @@ def test_staged_matmul_against_float64(always_stage, dtype_mode, layout):
     check_matmul(a, b)
     assert (45, 37) in always_stage  # grad_out
     assert always_stage.count((45, 37)) == 1
-    assert all(configs.tma_aligned(*operands) for operands in _compiled_operands())
+    assert all(loads.tma_aligned(*operands) for operands in _compiled_operands())
 
 
 @pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
@@ -148,7 +148,7 @@ def _compiled_operands():
 def test_staged_backward_of_an_lm_head(always_stage, dtype_mode):
     """The GPT-2 head's backward in small: grad_out's rows unaligned, and its product with
     mat2.T of the split-K kernel's shape (40x24, K = 601), but an odd K along which both
-    operands are contiguous: the plain kernel (``configs.k_masks_vectorize``)."""
+    operands are contiguous: the plain kernel (``loads.k_masks_vectorize``)."""
     assert kernel.wants_split_k(40, 24, 601, dtype_mode)
     bias = make((40, 601), dtype_mode)
     a, b = make((40, 24), dtype_mode), make((24, 601), dtype_mode)
@@ -160,19 +160,19 @@ def test_staged_backward_of_an_lm_head(always_stage, dtype_mode):
 def test_k_masks_vectorize():
     rows = torch.empty(64, 600, dtype=torch.bfloat16)  # K of 1200 bytes
     odd = torch.empty(64, 601, dtype=torch.bfloat16)
-    assert configs.k_masks_vectorize(rows, rows.T)
-    assert not configs.k_masks_vectorize(odd, odd.T)  # both contiguous along K
-    assert not configs.k_masks_vectorize(odd, torch.empty(601, 64, dtype=torch.bfloat16))
-    assert configs.k_masks_vectorize(odd.T.contiguous().T, torch.empty(601, 64))  # neither
+    assert loads.k_masks_vectorize(rows, rows.T)
+    assert not loads.k_masks_vectorize(odd, odd.T)  # both contiguous along K
+    assert not loads.k_masks_vectorize(odd, torch.empty(601, 64, dtype=torch.bfloat16))
+    assert loads.k_masks_vectorize(odd.T.contiguous().T, torch.empty(601, 64))  # neither
 
 
 def test_masks_vectorize_reads_every_contiguous_dimension():
     bf16 = {"dtype": torch.bfloat16}
     a, odd_n = torch.empty(64, 768, **bf16), torch.empty(768, 50304, **bf16)[:, :50257]
-    assert configs.masks_vectorize(a, torch.empty(768, 512, **bf16))
-    assert not configs.masks_vectorize(a, odd_n)  # the GPT-2 head's forward, staged: N
-    assert configs.masks_vectorize(a, odd_n.T.contiguous().T)  # contiguous along K = 768
-    assert not configs.masks_vectorize(torch.empty(601, 64, **bf16).T, a.T)  # a.T along M
-    assert not configs.masks_vectorize(torch.empty(64, 601, **bf16), torch.empty(601, 64, **bf16))
+    assert loads.masks_vectorize(a, torch.empty(768, 512, **bf16))
+    assert not loads.masks_vectorize(a, odd_n)  # the GPT-2 head's forward, staged: N
+    assert loads.masks_vectorize(a, odd_n.T.contiguous().T)  # contiguous along K = 768
+    assert not loads.masks_vectorize(torch.empty(601, 64, **bf16).T, a.T)  # a.T along M
+    assert not loads.masks_vectorize(torch.empty(64, 601, **bf16), torch.empty(601, 64, **bf16))
     fp32 = torch.empty(64, 604)  # K of 2416 bytes, a whole number of 16 in fp32
-    assert configs.masks_vectorize(fp32, fp32.T)
+    assert loads.masks_vectorize(fp32, fp32.T)

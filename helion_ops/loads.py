@@ -1,0 +1,95 @@
+"""What the kernel sees of its operands: the widest vector their rows load in, whether tensor
+descriptors can load them, and where pointer loads' bounds masks vectorize.
+
+Helion bakes an operand's strides into the code it generates, and Triton knows a base address
+16-byte aligned or not at all; so these depend on sizes, strides and the base's alignment, all
+part of a specialization's key. ``helion_ops.configs`` and the wave model's ``Product`` read
+them to price and choose configs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from helion_ops.model import LINE_BYTES, vector_bytes
+
+
+def row_bytes(*tensors: torch.Tensor) -> int:
+    """The model's ``row_bytes``: the widest vector (in bytes, at most 16) that every row
+    (column, where column-major) of these 2-D tensors starts on, as the kernel sees them:
+    Helion bakes the strides into its code, Triton knows a base address 16-byte aligned or
+    not at all, and a tensor without a unit stride loads element by element."""
+    widths = []
+    for t in tensors:
+        size = t.element_size()
+        if 1 not in t.stride() or t.data_ptr() % 16:
+            widths.append(size)
+        else:
+            widths += [vector_bytes(s * size) for s in t.stride() if s != 1]
+    return min(widths, default=16)
+
+
+def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
+    """The model's ``off_lines`` of ``a @ b``: whether ``a``'s and ``b``'s rows (columns,
+    where column-major) start off 128-byte lines, their leading stride in bytes not a
+    multiple of ``model.LINE_BYTES``."""
+    return tuple(max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in (a, b))
+
+
+def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the K loops of the split kernels (split-K, the last wave's tail) load ``a``
+    and ``b`` in vectors. Their loop ends where a piece of K does, so Helion masks every
+    load by K and loads by pointer; where K is not a multiple of 16 bytes and an operand is
+    contiguous along K, the mask differs from element to element and each is loaded alone
+    (no vector loads, no asynchronous copies). On the H200 (bf16) the GPT-2 head's
+    ``grad_out @ mat2.T`` (4096x768, K = 50257, staged) took 2.4-3.7 ms split-K and 1.5-2.0
+    with its last wave split, against 0.61 ms on the plain kernel with tensor descriptors."""
+    size = a.element_size()
+    return all(length * size % 16 == 0 for dim, length in _contiguous_sizes(a, b) if dim == "k")
+
+
+def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the plain kernel's pointer loads of ``a`` and ``b`` vectorize: along each
+    operand's contiguous dimension the size is a whole number of 16 bytes. Else the bounds
+    mask of the last tile along it differs from element to element, and every load is of one
+    element: the model's fit (on sizes of whole 16 bytes) does not hold for pointer candidates
+    there, so for aligned operands it chooses among tensor descriptors
+    (``Model.best_plain``'s ``tma_only``), which need no mask. (Unaligned operands' factors
+    were measured on every candidate as it runs on them, masks included.) On the H200 (bf16)
+    the GPT-2 head's forward, staged (N = 50257 along b's rows), took 2.15 ms on a pointer
+    candidate and 0.68 on tensor descriptors."""
+    size = a.element_size()
+    return all(length * size % 16 == 0 for _, length in _contiguous_sizes(a, b))
+
+
+def tensor_descriptors_only(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the model chooses for ``a @ b`` among tensor-descriptor candidates only: where
+    pointer loads' masks do not vectorize (``masks_vectorize``), but for operands whose rows
+    start on 4 or 8 bytes, not 16 (``row_bytes``). Their factors were measured on each
+    candidate as it runs on them, pointers and masks included, and rows of 8 bytes favour
+    pointer tiles (H200, bf16, call 299: 1100^3 on 128x128x64 pointer tiles 13-16 us, on
+    128x256x64 tensor-descriptor ones, loading by pointer there, 20-21; call 300, NOTES
+    129). Rows of 2 bytes keep the rule: their choice was not measured without it."""
+    return not masks_vectorize(a, b) and row_bytes(a, b) in (a.element_size(), 16)
+
+
+def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]:
+    """(name, size) of each dimension ("m", "k" or "n") along which an operand of ``a @ b``
+    is contiguous (unit stride), once per such operand: where a pointer load's bounds mask
+    runs element by element unless the size is a whole number of 16 bytes."""
+    m, k = a.shape
+    n = b.shape[1]
+    dims = ((a, (("m", m), ("k", k))), (b, (("k", k), ("n", n))))
+    return [
+        dim
+        for t, sizes in dims
+        for dim, stride in zip(sizes, t.stride(), strict=True)
+        if stride == 1
+    ]
+
+
+def tma_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can load these 2-D tensors: one unit stride, the other
+    stride and the base 16-byte aligned (else Helion falls back to pointer indexing): rows
+    (columns, where column-major) that start on 16 bytes (``row_bytes``)."""
+    return row_bytes(*tensors) == 16

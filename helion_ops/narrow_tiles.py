@@ -1,0 +1,144 @@
+"""Products of a few rows (decode steps, small batches) against a long weight: which run
+narrow tiles of their own rather than the wave model's choice (``few_rows``), and the tiles
+they run (``few_rows_config``). A thin product whose narrow tiles would keep too little of
+the weight in flight splits over K instead (``narrow_tiles_pay``, ``long_k.thin_split``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import helion
+import torch
+
+from helion_ops.candidates import config as plain_config
+from helion_ops.loads import tma_aligned
+
+# Thin products: a few rows (decode steps of a batch of at most 64) times a weight of a long K
+# and a narrow N. Reading the weight is all their time; the wave model's tiles along N
+# (ceil(N / 128) of 64x128) leave most SMs idle and the rest short of loads in flight.
+# Where K loads in vectors and enough narrow tiles stream the weight (``narrow_in_flight``)
+# they run the plain kernel on those (``few_rows_config``); else, and where K loads element
+# by element (K off 16 bytes: the GPT-2 head's grad_out @ mat2.T, 4x768x50257), they split
+# over K into about two programs an SM of ``THIN_TILE`` (4 stages of bf16 tiles: 96 KiB of
+# shared memory, so two fit an SM): 1162 us -> 55.5 (aten 79.5) on the H200 (bf16, call
+# 243, NOTES 112). The bounds are the most measured: N of 768 to 8192, K of 4096
+# to 50257. With more columns (16x14336x4096, 112 tiles of 128) the model's choice ran 1.07x
+# faster than the narrow tiles (31.3 us against 33.3, call 250).
+THIN_ROWS = 64
+THIN_COLUMNS = 64 * 128
+THIN_K = 4096
+THIN_TILE = (64, 128, 4, 4)  # BM, BN, stages, warps
+
+
+def thin(m: int, n: int, k: int) -> bool:
+    """Whether ``m x n x k`` is a thin product (``THIN_ROWS`` and the rest above)."""
+    return m <= THIN_ROWS and n <= THIN_COLUMNS and k >= THIN_K
+
+
+# Narrow tiles of 128 columns where they give a wave of programs (an H200's 132 SMs), else
+# of 64 where those give half of one, else of 32 (``few_rows_config``). On the H200 (bf16,
+# call 255): 1x9216x3072 on 72 programs of 128 columns 23.3 us, on 144 of 64 17.0.
+WAVE_PROGRAMS = 132
+WIDE_TILE_PROGRAMS = 66
+
+
+def wide_tiles_fill_a_wave(n: int) -> bool:
+    """Whether a few rows' ``n`` columns give ``WAVE_PROGRAMS`` tiles of 128."""
+    return math.ceil(n / 128) >= WAVE_PROGRAMS
+
+
+# Products of at most this many rows outside the thin class that run narrow tiles too
+# (``narrow``): a K of NARROW_MIN_K to THIN_K, or a weight wide enough for a wave of
+# programs of 128 columns. On the H200 (bf16, under CUDA graphs, against aten; NOTES 115):
+# 1x9216x3072 17.0-17.2 us on 16x64x256 against the model's 49.2 (aten 17.9-19.1; calls 255
+# and 256), 28x8192x3584 18.1-18.4 against 19.9 (16.5-16.9), 12x18176x4544 on 16x128x128
+# 46.1 against 53.1 (45.1-45.2), the LM heads of 128256-256000 columns 0.99-1.00 of aten
+# against 0.95-0.99. Where 128 columns give 86-112 programs and K is 4096 (8x14336x4096,
+# 12x11008x4096, 32x14336x4096; call 256) the model's choice ran 10-23% faster than 64
+# columns, and with 64 rows the model's tile is about the narrow one (64x20480x5120: 60.8 us
+# against 63.6, call 255): those stay the model's.
+NARROW_ROWS = 32
+NARROW_MIN_K = 3072  # the shortest measured
+
+
+def narrow(m: int, n: int, k: int) -> bool:
+    """Whether an fp16 or bf16 ``m x n x k`` product runs narrow tiles (``few_rows_config``,
+    or a split over K where those do not pay: ``narrow_tiles_pay``): thin, or of at most
+    ``NARROW_ROWS`` rows and a K of at least ``NARROW_MIN_K``, short of ``THIN_K`` or with
+    128 columns for ``WAVE_PROGRAMS`` programs."""
+    if thin(m, n, k):
+        return True
+    return m <= NARROW_ROWS and k >= NARROW_MIN_K and (k < THIN_K or wide_tiles_fill_a_wave(n))
+
+
+def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the plain kernel runs ``a @ b`` on ``few_rows_config`` rather than the model's
+    choice: fp16 or bf16, at most ``THIN_ROWS`` rows, and thin, or with ``b`` (the weight)
+    not loadable by tensor descriptors (the GPT-2 head's forward: b's rows of 50257
+    elements), or ``narrow`` past thin with both operands loadable so. (A narrow product
+    whose ``a`` is not, K off 16 bytes, keeps the model's choice, and the staging of ``a``,
+    a few rows, where the model predicts it pays: narrow tiles would load K by pointer.)"""
+    m, k = a.shape
+    n = b.shape[1]
+    return (
+        a.dtype in (torch.float16, torch.bfloat16)
+        and m <= THIN_ROWS
+        and (thin(m, n, k) or not tma_aligned(b) or (narrow(m, n, k) and tma_aligned(a)))
+    )
+
+
+def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
+    """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
+    tile of 16 to 64, narrow tiles along N (64 columns for 33 to 64 rows; else 128, 64 or 32
+    by ``WAVE_PROGRAMS`` and ``WIDE_TILE_PROGRAMS``) in a deep pipeline, so that
+    about a program an SM streams its columns of the weight with many loads in flight.
+    ``tma``: both operands load by tensor descriptors; else by pointer in one stage, where
+    b's rows load element by element and no asynchronous copy can pipeline them.
+
+    On the H200 (bf16, calls 250 and 255, NOTES 114-115; each against aten and the thin
+    split it replaces, under CUDA graphs) these were the fastest of 13-18 configs or within
+    4%: 1x4096x4096 9.3 us (aten 10.4, split 10.0), 2x8192x8192 33.8 (33.1; the model's
+    40.9), 48x5120x5120 16.1 (15.4, split 19.1), 64x4096x11008 28.8 (30.4, 31.4); the GPT-2
+    head's forward at 4 tokens by pointer 29.4 (aten 39.3; the model's choice, unstaged,
+    76.7); on 128 columns 12x18176x4544 43.6 (aten 45.1; 43.1 on 16x128x64 in 6 stages)."""
+    bm = max(16, 1 << (m - 1).bit_length())
+    if not tma:
+        return plain_config(bm, 64, 64, 4, 1, "flat", "pointer")
+    if bm == THIN_ROWS:
+        return plain_config(bm, 64, 128, 4, 6, "flat")
+    if wide_tiles_fill_a_wave(n):
+        columns = 128
+    else:
+        columns = 64 if math.ceil(n / 64) >= WIDE_TILE_PROGRAMS else 32
+    return plain_config(bm, columns, 128 if columns == 128 else 256, 4, 4, "flat")
+
+
+# The bytes of the weight that a thin product's narrow tiles keep in flight, at the least:
+# (programs) x (stages - 1) x (a stage's tile of the weight). Below it a thin product splits
+# over K instead, its programs about two an SM. On the H200 (bf16, calls 250-251, NOTES 114):
+# 24x2048x8192 on 64 programs of 32x32x256 (3 MiB) took 18.6 us against the split's 9.4
+# (aten 9.4); 1x2560x10240 on 80 of 16x32x256 (3.75 MiB) 19.5-19.8 against 21.8.
+NARROW_IN_FLIGHT = 3.5 * 2**20
+
+
+def narrow_in_flight(m: int, n: int, itemsize: int) -> bool:
+    """Whether a thin ``m x n`` product's narrow tiles (``few_rows_config`` on tensor
+    descriptors) keep ``NARROW_IN_FLIGHT`` bytes of the weight in flight."""
+    chosen = few_rows_config(m, n, tma=True).config
+    bm, bn, bk = chosen["block_sizes"]
+    programs = math.ceil(m / bm) * math.ceil(n / bn)
+    return programs * (chosen["num_stages"] - 1) * bk * bn * itemsize >= NARROW_IN_FLIGHT
+
+
+def narrow_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
+    """Whether a thin product runs narrow tiles rather than a split over K: they keep enough
+    of the weight in flight (``narrow_in_flight``), and, where they are 32 columns wide (a
+    row of the weight read 64 bytes at a time) for at most ``NARROW_ROWS`` rows, K is under
+    twice N. Past that 64x128 tiles split over K ran faster on the H200 (bf16, under CUDA
+    graphs, NOTES 115): 3x3072x8192 14.3 us against 19.6 (aten 16.0-16.7; calls 255-256),
+    8x3584x18944 35.7 against 40.3 (39.8-40.1); 1x2560x10240 the other way, 21.4 against
+    19.6 (17.1-17.3). With 64 columns, 4x6144x24576 split 94.0 us against 70.8 (71.5)."""
+    columns = few_rows_config(m, n, tma=True).config["block_sizes"][1]
+    long_k = m <= NARROW_ROWS and columns == 32 and k >= 2 * n
+    return narrow_in_flight(m, n, itemsize) and not long_k
