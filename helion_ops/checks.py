@@ -36,6 +36,8 @@ def check_scalars(alpha: object, beta: object) -> None:
 def check_matrix(name: str, t: object) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dim() != 2:
         raise ValueError(f"{name} must be 2-D, got a {t.dim()}-D tensor of shape {_shape(t)}")
     if t.dtype not in SUPPORTED_DTYPES:
@@ -52,7 +54,7 @@ def _check_device(name: str, t: torch.Tensor) -> None:
         return
     raise ValueError(
         f"{name} is on {t.device}; helion_ops runs on CUDA tensors "
-        "(CPU tensors only under TRITON_INTERPRET=1 or HELION_INTERPRET=1, for tests)"
+        "(CPU tensors only under TRITON_INTERPRET=1, for tests)"
     )
 
 
@@ -74,6 +76,7 @@ def check_matmul_args(
         and mat1.device == mat2.device
         and _fast_device(mat1)
         and mat1.shape[1] == mat2.shape[0]
+        and mat1.layout == mat2.layout == torch.strided
     ):
         return
     n1, n2 = names
@@ -104,6 +107,7 @@ def check_addmm_args(bias: object, mat1: object, mat2: object, alpha: object, be
         type(alpha) in (float, int)
         and type(beta) in (float, int)
         and isinstance(bias, torch.Tensor)
+        and bias.layout == torch.strided
         and bias.dtype == mat1.dtype
         and bias.device == mat1.device
         and bias.dim() <= 2
@@ -115,6 +119,8 @@ def check_addmm_args(bias: object, mat1: object, mat2: object, alpha: object, be
     check_scalar("beta", beta)
     if not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor, got {type(bias).__name__}")
+    if bias.layout != torch.strided:
+        raise ValueError(f"bias must be a dense (strided) tensor, got layout {bias.layout}")
     if bias.dtype != mat1.dtype:
         raise TypeError(f"bias must have the dtype of mat1 ({mat1.dtype}), got {bias.dtype}")
     if bias.device != mat1.device:

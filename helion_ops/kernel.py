@@ -592,7 +592,7 @@ def _mm_key(a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
             a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
             a.data_ptr() % 16, b.data_ptr() % 16, unit,
         )  # fmt: skip
-    except AttributeError:  # not tensors: the check names the argument
+    except (AttributeError, RuntimeError):  # not tensors, or not strided: the check names it
         return None
 
 
@@ -605,7 +605,7 @@ def _addmm_key(bias: torch.Tensor, a: Any, b: Any, unit: bool) -> tuple[Any, ...
             b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
             b.data_ptr() % 16, bias.data_ptr() % 16, unit,
         )  # fmt: skip
-    except AttributeError:
+    except (AttributeError, RuntimeError):
         return None
 
 
