@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 from helion_ops import native, ops, plans
 from helion_ops.checks import check_addmm_args, check_matmul_args, check_scalars
@@ -21,10 +22,13 @@ class MatMulFunction(torch.autograd.Function):
     """``mat1 @ mat2`` for 2-D fp16, bf16 or fp32 tensors."""
 
     @staticmethod
-    def forward(ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-        out = ops.mm(mat1, mat2, check=check_matmul_args)
-        ops.setup_mm_context(ctx, (mat1, mat2, 1.0), None)
-        return out
+    def forward(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+        return ops.mm(mat1, mat2, check=check_matmul_args)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        mat1, mat2 = inputs
+        ops.setup_mm_context(ctx, (mat1, mat2, 1.0), output)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -36,7 +40,6 @@ class AddMMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
         bias: torch.Tensor,
         mat1: torch.Tensor,
         mat2: torch.Tensor,
@@ -44,28 +47,133 @@ class AddMMFunction(torch.autograd.Function):
         beta: float = 1.0,
     ) -> torch.Tensor:
         check_scalars(alpha, beta)
-        out = ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
-        ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), None)
-        return out
+        return ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        bias, mat1, mat2, alpha, beta = inputs
+        ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), output)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         return ops.addmm_backward(ctx, grad_out, *_backward_products())
 
 
+# Forward-mode AD and functorch's transforms take subclasses of the Functions with a ``jvp``
+# and a ``vmap``: torch.compile traces no autograd.Function with a custom jvp, and the
+# exported Functions must stay traceable. The public functions pick these under a dual level
+# or a transform (``_transformed``).
+
+
+class _TransformableMatMul(MatMulFunction):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        MatMulFunction.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def jvp(ctx: Any, mat1_t: torch.Tensor | None, mat2_t: torch.Tensor | None) -> torch.Tensor:
+        return _tangent(*ctx.saved_tensors, (mat1_t, mat2_t), 1.0)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[torch.Tensor, int]:
+        return _per_sample(_TransformableMatMul, info.batch_size, in_dims, args), 0
+
+
+class _TransformableAddMM(AddMMFunction):
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        AddMMFunction.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(*inputs[1:3])
+
+    @staticmethod
+    def jvp(
+        ctx: Any,
+        bias_t: torch.Tensor | None,
+        mat1_t: torch.Tensor | None,
+        mat2_t: torch.Tensor | None,
+        alpha_t: None,
+        beta_t: None,
+    ) -> torch.Tensor:
+        mat1, mat2 = ctx.saved_tensors
+        return _tangent(mat1, mat2, (mat1_t, mat2_t), ctx.alpha, bias_t, ctx.beta)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[torch.Tensor, int]:
+        return _per_sample(_TransformableAddMM, info.batch_size, in_dims, args), 0
+
+
+def _per_sample(
+    function: type[torch.autograd.Function],
+    batch_size: int,
+    in_dims: tuple[int | None, ...],
+    args: tuple[Any, ...],
+) -> torch.Tensor:
+    """``function`` under ``torch.func.vmap``: applied to each element of the batch in turn
+    (one launch each), the results stacked along a new first dimension."""
+
+    def element(arg: Any, dim: int | None, index: int) -> Any:
+        return arg if dim is None else arg.select(dim, index)
+
+    return torch.stack(
+        [
+            function.apply(*(element(a, d, i) for a, d in zip(args, in_dims, strict=True)))
+            for i in range(batch_size)
+        ]
+    )
+
+
+def _tangent(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    tangents: tuple[torch.Tensor | None, torch.Tensor | None],
+    alpha: float,
+    bias_t: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> torch.Tensor:
+    """The Functions' ``jvp``: ``ops.product_tangent`` through the launchers, or under a
+    functorch transform (``torch.func.jvp``, whose tensors here are still its wrappers)
+    through these Functions."""
+    functorch = torch._C._are_functorch_transforms_active()
+    mm = _function_mm if functorch else launch_mm
+    return ops.product_tangent(mat1, mat2, tangents, alpha, bias_t, beta, mm)
+
+
+def _transformed() -> bool:
+    """Whether a call takes the transformable Functions: a forward-mode AD level is open
+    (``torch.autograd.forward_ad.dual_level``: its tangents need a ``jvp``), or a functorch
+    transform is active (``torch.func``: ``vmap`` batches, ``jvp`` pushes tangents)."""
+    return forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
+
+
 def _backward_products() -> tuple[ops.MM, ops.MMPair]:
     """How a backward multiplies: the launchers, or, where autograd records the backward
     itself (``create_graph=True``: a gradient penalty, a Hessian-vector product), the custom
-    ops, whose registered autograd makes the gradients differentiable too."""
+    ops, whose registered autograd makes the gradients differentiable too; under a functorch
+    transform (``torch.func.jacrev`` runs backwards under ``vmap``), these Functions, which
+    every transform can batch and differentiate."""
+    if torch._C._are_functorch_transforms_active():
+        return _function_mm, _function_mm_pair
     if torch.is_grad_enabled():
         return ops.mm_op, ops.mm_pair_op
     return ops.mm, ops.mm_pair
 
 
+def _function_mm(a: torch.Tensor, b: torch.Tensor, alpha: float) -> torch.Tensor:
+    out = _TransformableMatMul.apply(a, b)
+    return out if alpha == 1 else out * alpha
+
+
+def _function_mm_pair(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _function_mm(a1, b1, alpha), _function_mm(a2, b2, alpha)
+
+
 # torch.autograd.Function.apply less its Python layer (1-2 microseconds a call): that layer
-# binds default arguments only for Functions with a separate setup_context (these have none)
-# and unwraps functorch's wrappers only where a functorch transform is active, where
-# ``_apply`` below still goes through it.
+# binds default arguments (``_apply``'s callers pass every argument) and unwraps functorch's
+# wrappers only where a functorch transform is active, where ``_apply`` below still goes
+# through it.
 _function_apply = torch._C._FunctionBase.__dict__["apply"]
 
 
@@ -114,6 +222,9 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
 
 
 def _python_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    mat1, mat2 = ops.resolved(mat1, mat2)
+    if _transformed():
+        return _apply(_TransformableMatMul, mat1, mat2)
     if not _records_a_graph(mat1, mat2):
         # The bare launcher, which checks the arguments unless they match a launch it made
         # before.
@@ -162,7 +273,10 @@ def addmm(
 def _python_addmm(
     bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
 ) -> torch.Tensor:
-    if not _records_a_graph(bias, mat1, mat2):  # as in matmul
+    bias, mat1, mat2 = ops.resolved(bias, mat1, mat2)
+    if _transformed():  # as in matmul
+        return _apply(_TransformableAddMM, bias, mat1, mat2, alpha, beta)
+    if not _records_a_graph(bias, mat1, mat2):
         check_scalars(alpha, beta)
         return launch_addmm(bias, mat1, mat2, float(alpha), float(beta), check=check_addmm_args)
     return _apply(AddMMFunction, bias, mat1, mat2, alpha, beta)

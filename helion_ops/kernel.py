@@ -781,8 +781,10 @@ def launch_addmm(
     if m == 1 and n == 1:
         # Helion cannot lay out a 1x1 dot tile (the generated reshape fails in Triton's
         # interpreter; the GPU was not tried without this): a stride-0 second row of a
-        # costs nothing and keeps every other shape on the direct path.
-        return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1]
+        # costs nothing and keeps every other shape on the direct path. The first row is
+        # copied out, as a view of the [2, 1] result could not be modified in place where
+        # autograd records it (torch's rule for a custom Function's views).
+        return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1].clone()
 
     # Unaligned operands of a product long enough to pay for copying them run from aligned
     # copies; the copies' own key then takes the fast path (this one never gets an entry).

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 @torch.library.custom_op("helion_ops::mm", mutates_args=())
 def mm_op(mat1: torch.Tensor, mat2: torch.Tensor, alpha: float) -> torch.Tensor:
     """``alpha * (mat1 @ mat2)`` through the Helion kernel."""
-    return launch_mm(mat1, mat2, alpha)
+    return launch_mm(*resolved(mat1, mat2), alpha)
 
 
 @torch.library.custom_op("helion_ops::addmm", mutates_args=())
@@ -44,7 +44,7 @@ def addmm_op(
     bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
 ) -> torch.Tensor:
     """``beta * bias + alpha * (mat1 @ mat2)`` through the Helion kernel."""
-    return launch_addmm(bias, mat1, mat2, alpha, beta)
+    return launch_addmm(*resolved(bias, mat1, mat2), alpha, beta)
 
 
 @torch.library.custom_op("helion_ops::mm_pair", mutates_args=())
@@ -52,7 +52,7 @@ def mm_pair_op(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``, in one launch where both are small."""
-    return launch_mm_pair(a1, b1, a2, b2, alpha)
+    return launch_mm_pair(*resolved(a1, b1, a2, b2), alpha)
 
 
 @mm_pair_op.register_fake
@@ -74,6 +74,19 @@ def _addmm_fake(
     return mat1.new_empty((mat1.shape[0], mat2.shape[1]))
 
 
+def resolved(*tensors: Any) -> tuple[Any, ...]:
+    """``tensors`` with torch's lazy negation applied. A real tensor may carry a negative bit
+    (``t.is_neg()``: ``z.conj().imag`` of a complex ``z``, ``torch._neg_view``): its values
+    are the negation of its memory, which the kernels read as it is. Other arguments (which
+    the checks name) pass as they are; so do all while compiling, where the custom ops' bodies
+    resolve what they are given when they run."""
+    if torch.compiler.is_compiling():
+        return tensors
+    return tuple(
+        t.resolve_neg() if isinstance(t, torch.Tensor) and t.is_neg() else t for t in tensors
+    )
+
+
 def mm(
     mat1: torch.Tensor,
     mat2: torch.Tensor,
@@ -88,7 +101,7 @@ def mm(
         if check is not None:
             check(mat1, mat2)
         return mm_op(mat1, mat2, alpha)
-    return launch_mm(mat1, mat2, alpha, check)
+    return launch_mm(*resolved(mat1, mat2), alpha, check)
 
 
 def addmm(
@@ -104,7 +117,7 @@ def addmm(
         if check is not None:
             check(bias, mat1, mat2, alpha, beta)
         return addmm_op(bias, mat1, mat2, alpha, beta)
-    return launch_addmm(bias, mat1, mat2, alpha, beta, check=check)
+    return launch_addmm(*resolved(bias, mat1, mat2), alpha, beta, check=check)
 
 
 def mm_pair(
@@ -148,8 +161,14 @@ def _operand_grads(
     that was column-major (``column_major``), the transposed product, transposed back as a
     view. A grad of another layout than its leaf's would be copied by autograd into the
     leaf's (one more kernel and allocation a step)."""
+    if alpha == 0:
+        # torch's gradients: the products times 0, so that NaN and inf in them propagate
+        # (the forward never reads the product).
+        grads = _operand_grads(mat1, mat2, needs, grad_out, 1.0, mm, mm_pair, column_major)
+        return tuple(None if g is None else g * 0.0 for g in grads)
     need_mat1, need_mat2 = needs
     col1, col2 = column_major
+    mat1, mat2, grad_out = resolved(mat1, mat2, grad_out)
     # grad_mat1 = grad_out @ mat2.T, or (mat2 @ grad_out.T).T; likewise grad_mat2.
     first = ((mat2, grad_out.T) if col1 else (grad_out, mat2.T)) if need_mat1 else None
     second = ((grad_out.T, mat1) if col2 else (mat1.T, grad_out)) if need_mat2 else None
@@ -167,6 +186,36 @@ def _operand_grads(
         grad_mat1.T if col1 and grad_mat1 is not None else grad_mat1,
         grad_mat2.T if col2 and grad_mat2 is not None else grad_mat2,
     )
+
+
+def product_tangent(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    tangents: tuple[torch.Tensor | None, torch.Tensor | None],
+    alpha: float,
+    bias_tangent: torch.Tensor | None = None,
+    beta: float = 0.0,
+    mm: MM = launch_mm,
+) -> torch.Tensor:
+    """The forward-mode derivative of ``beta * bias + alpha * (mat1 @ mat2)`` by torch's own
+    formula for addmm: ``alpha * (dmat1 @ mat2) + alpha * (mat1 @ dmat2) + beta * dbias``,
+    a term for each tangent given (None: zero), scales of 1 left out and scales of 0
+    multiplied, so that NaN and inf in a tangent propagate as in torch's (the forward's
+    ``alpha == 0`` and ``beta == 0`` never read the product or the bias). ``mm``: how it
+    multiplies, ``mm(a, b, alpha)``."""
+    mat1, mat2, tangent1, tangent2, bias_t = resolved(mat1, mat2, *tangents, bias_tangent)
+    products = [
+        mm(a, b, alpha) if alpha != 0 else mm(a, b, 1.0) * 0.0
+        for a, b in ((tangent1, mat2), (mat1, tangent2))
+        if a is not None and b is not None
+    ]
+    if products:
+        out = sum(products[1:], products[0])
+    else:
+        out = mat1.new_zeros(mat1.shape[0], mat2.shape[1])
+    if bias_t is not None:
+        out = out + (bias_t if beta == 1 else bias_t * beta)
+    return out
 
 
 def setup_mm_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor | None) -> None:

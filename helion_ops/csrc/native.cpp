@@ -210,7 +210,10 @@ bool plain_cuda_tensor(PyObject* obj) {
     return false;
   }
   const at::Tensor& t = THPVariable_Unpack(obj);
-  return t.defined() && t.is_cuda() && t.layout() == at::kStrided &&
+  // (A tensor with torch's negative bit reads as the negation of its memory, and a dual
+  // tensor's tangent needs the Python Function's jvp: both take the Python path.)
+  return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_neg() &&
+         !t._fw_grad(/*level=*/0).defined() &&
          !t.unsafeGetTensorImpl()->is_python_dispatch() && !t.is_nested() &&
          !t.key_set().has(c10::DispatchKey::FuncTorchGradWrapper) &&
          !t.key_set().has(c10::DispatchKey::FuncTorchBatched);
@@ -304,7 +307,7 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
     // A double backward (autograd records this backward) takes Python's differentiable path.
     // So do a capture and a functorch transform, as in the forward.
     const bool replayable = !torch::autograd::GradMode::is_enabled() &&
-                            grad_out.layout() == at::kStrided &&
+                            grad_out.layout() == at::kStrided && !grad_out.is_neg() &&
                             !grad_out.unsafeGetTensorImpl()->is_python_dispatch() &&
                             !python_path_now(grad_out);
     if (replayable) {
