@@ -22,13 +22,10 @@ class MatMulFunction(torch.autograd.Function):
     """``mat1 @ mat2`` for 2-D fp16, bf16 or fp32 tensors."""
 
     @staticmethod
-    def forward(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-        return ops.mm(mat1, mat2, check=check_matmul_args)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-        mat1, mat2 = inputs
-        ops.setup_mm_context(ctx, (mat1, mat2, 1.0), output)
+    def forward(ctx: Any, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+        out = ops.mm(mat1, mat2, check=check_matmul_args)
+        ops.setup_mm_context(ctx, (mat1, mat2, 1.0), None)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -40,6 +37,7 @@ class AddMMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
+        ctx: Any,
         bias: torch.Tensor,
         mat1: torch.Tensor,
         mat2: torch.Tensor,
@@ -47,28 +45,30 @@ class AddMMFunction(torch.autograd.Function):
         beta: float = 1.0,
     ) -> torch.Tensor:
         check_scalars(alpha, beta)
-        return ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-        bias, mat1, mat2, alpha, beta = inputs
-        ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), output)
+        out = ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
+        ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), None)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         return ops.addmm_backward(ctx, grad_out, *_backward_products())
 
 
-# Forward-mode AD and functorch's transforms take subclasses of the Functions with a ``jvp``
-# and a ``vmap``: torch.compile traces no autograd.Function with a custom jvp, and the
-# exported Functions must stay traceable. The public functions pick these under a dual level
-# or a transform (``_transformed``).
+# Forward-mode AD and functorch's transforms take subclasses of the Functions with a
+# ``setup_context``, a ``jvp`` and a ``vmap``, which the public functions pick under a dual
+# level or a transform (``_transformed``). The exported Functions keep none of them:
+# torch.compile traces no autograd.Function with a custom jvp, and a separate setup_context
+# costs an eager call microseconds of host time.
 
 
 class _TransformableMatMul(MatMulFunction):
     @staticmethod
+    def forward(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+        return ops.mm(mat1, mat2, check=check_matmul_args)
+
+    @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-        MatMulFunction.setup_context(ctx, inputs, output)
+        ops.setup_mm_context(ctx, (*inputs, 1.0), output)
         ctx.save_for_forward(*inputs)
 
     @staticmethod
@@ -82,8 +82,19 @@ class _TransformableMatMul(MatMulFunction):
 
 class _TransformableAddMM(AddMMFunction):
     @staticmethod
+    def forward(
+        bias: torch.Tensor,
+        mat1: torch.Tensor,
+        mat2: torch.Tensor,
+        alpha: float = 1.0,
+        beta: float = 1.0,
+    ) -> torch.Tensor:
+        check_scalars(alpha, beta)
+        return ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
+
+    @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-        AddMMFunction.setup_context(ctx, inputs, output)
+        ops.setup_addmm_context(ctx, inputs, output)
         ctx.save_for_forward(*inputs[1:3])
 
     @staticmethod
@@ -171,9 +182,9 @@ def _function_mm_pair(
 
 
 # torch.autograd.Function.apply less its Python layer (1-2 microseconds a call): that layer
-# binds default arguments (``_apply``'s callers pass every argument) and unwraps functorch's
-# wrappers only where a functorch transform is active, where ``_apply`` below still goes
-# through it.
+# binds default arguments only for Functions with a separate setup_context (``_apply``'s
+# callers pass every argument anyway) and unwraps functorch's wrappers only where a functorch
+# transform is active, where ``_apply`` below still goes through it.
 _function_apply = torch._C._FunctionBase.__dict__["apply"]
 
 
@@ -222,7 +233,6 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
 
 
 def _python_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
-    mat1, mat2 = ops.resolved(mat1, mat2)
     if _transformed():
         return _apply(_TransformableMatMul, mat1, mat2)
     if not _records_a_graph(mat1, mat2):
@@ -273,7 +283,6 @@ def addmm(
 def _python_addmm(
     bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
 ) -> torch.Tensor:
-    bias, mat1, mat2 = ops.resolved(bias, mat1, mat2)
     if _transformed():  # as in matmul
         return _apply(_TransformableAddMM, bias, mat1, mat2, alpha, beta)
     if not _records_a_graph(bias, mat1, mat2):

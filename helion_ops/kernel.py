@@ -585,9 +585,12 @@ def _fast_plan(
 
 
 def _mm_key(a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
-    """``launch_mm``'s fast-path key; None where a or b is not a tensor. ``unit``: alpha is 1
+    """``launch_mm``'s fast-path key; None where a or b is not a tensor, or has torch's
+    negative bit (a plan would read its memory; ``resolved``). ``unit``: alpha is 1
     (``scaled``'s epilogue without the multiply)."""
     try:
+        if a.is_neg() or b.is_neg():
+            return None
         return (
             a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
             a.data_ptr() % 16, b.data_ptr() % 16, unit,
@@ -597,9 +600,12 @@ def _mm_key(a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
 
 
 def _addmm_key(bias: torch.Tensor, a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
-    """``launch_addmm``'s fast-path key for a tensor bias; None where a or b is not a tensor.
-    ``unit``: alpha and beta are 1 (``scaled_plus_bias``'s epilogue without multiplies)."""
+    """``launch_addmm``'s fast-path key for a tensor bias; None where a or b is not a tensor,
+    or one of the three has a negative bit (as ``_mm_key``). ``unit``: alpha and beta are 1
+    (``scaled_plus_bias``'s epilogue without multiplies)."""
     try:
+        if a.is_neg() or b.is_neg() or bias.is_neg():
+            return None
         return (
             a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
             b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
@@ -767,6 +773,7 @@ def launch_addmm(
             return _split_k_result(split(a, b), bias, alpha, beta, a)
     if check is not None:
         check(bias, a, b, alpha, beta)
+    bias, a, b = resolved(bias, a, b)
     m, k = a.shape
     n = b.shape[1]
     if bias is None or beta == 0:
@@ -852,6 +859,19 @@ def launch_addmm(
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
+
+
+def resolved(*tensors: Any) -> tuple[Any, ...]:
+    """``tensors`` with torch's lazy negation applied. A real tensor may carry a negative bit
+    (``t.is_neg()``: ``z.conj().imag`` of a complex ``z``, ``torch._neg_view``): its values
+    are the negation of its memory, which the kernels read as it is; so it is copied first,
+    as torch does. Other arguments pass as they are; so do all while compiling, where the
+    custom ops' bodies get what they are given when they run."""
+    if torch.compiler.is_compiling():
+        return tensors
+    return tuple(
+        t.resolve_neg() if isinstance(t, torch.Tensor) and t.is_neg() else t for t in tensors
+    )
 
 
 def _compile_once(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair
+from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair, resolved
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 @torch.library.custom_op("helion_ops::mm", mutates_args=())
 def mm_op(mat1: torch.Tensor, mat2: torch.Tensor, alpha: float) -> torch.Tensor:
     """``alpha * (mat1 @ mat2)`` through the Helion kernel."""
-    return launch_mm(*resolved(mat1, mat2), alpha)
+    return launch_mm(mat1, mat2, alpha)
 
 
 @torch.library.custom_op("helion_ops::addmm", mutates_args=())
@@ -44,7 +44,7 @@ def addmm_op(
     bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
 ) -> torch.Tensor:
     """``beta * bias + alpha * (mat1 @ mat2)`` through the Helion kernel."""
-    return launch_addmm(*resolved(bias, mat1, mat2), alpha, beta)
+    return launch_addmm(bias, mat1, mat2, alpha, beta)
 
 
 @torch.library.custom_op("helion_ops::mm_pair", mutates_args=())
@@ -74,19 +74,6 @@ def _addmm_fake(
     return mat1.new_empty((mat1.shape[0], mat2.shape[1]))
 
 
-def resolved(*tensors: Any) -> tuple[Any, ...]:
-    """``tensors`` with torch's lazy negation applied. A real tensor may carry a negative bit
-    (``t.is_neg()``: ``z.conj().imag`` of a complex ``z``, ``torch._neg_view``): its values
-    are the negation of its memory, which the kernels read as it is. Other arguments (which
-    the checks name) pass as they are; so do all while compiling, where the custom ops' bodies
-    resolve what they are given when they run."""
-    if torch.compiler.is_compiling():
-        return tensors
-    return tuple(
-        t.resolve_neg() if isinstance(t, torch.Tensor) and t.is_neg() else t for t in tensors
-    )
-
-
 def mm(
     mat1: torch.Tensor,
     mat2: torch.Tensor,
@@ -101,7 +88,7 @@ def mm(
         if check is not None:
             check(mat1, mat2)
         return mm_op(mat1, mat2, alpha)
-    return launch_mm(*resolved(mat1, mat2), alpha, check)
+    return launch_mm(mat1, mat2, alpha, check)
 
 
 def addmm(
@@ -117,7 +104,7 @@ def addmm(
         if check is not None:
             check(bias, mat1, mat2, alpha, beta)
         return addmm_op(bias, mat1, mat2, alpha, beta)
-    return launch_addmm(*resolved(bias, mat1, mat2), alpha, beta, check=check)
+    return launch_addmm(bias, mat1, mat2, alpha, beta, check=check)
 
 
 def mm_pair(
@@ -203,7 +190,7 @@ def product_tangent(
     multiplied, so that NaN and inf in a tangent propagate as in torch's (the forward's
     ``alpha == 0`` and ``beta == 0`` never read the product or the bias). ``mm``: how it
     multiplies, ``mm(a, b, alpha)``."""
-    mat1, mat2, tangent1, tangent2, bias_t = resolved(mat1, mat2, *tangents, bias_tangent)
+    tangent1, tangent2 = tangents
     products = [
         mm(a, b, alpha) if alpha != 0 else mm(a, b, 1.0) * 0.0
         for a, b in ((tangent1, mat2), (mat1, tangent2))
@@ -213,8 +200,8 @@ def product_tangent(
         out = sum(products[1:], products[0])
     else:
         out = mat1.new_zeros(mat1.shape[0], mat2.shape[1])
-    if bias_t is not None:
-        out = out + (bias_t if beta == 1 else bias_t * beta)
+    if bias_tangent is not None:
+        out = out + (bias_tangent if beta == 1 else bias_tangent * beta)
     return out
 
 
