@@ -126,6 +126,16 @@ def _per_sample(
     def element(arg: Any, dim: int | None, index: int) -> Any:
         return arg if dim is None else arg.select(dim, index)
 
+    def element_shape(t: torch.Tensor, dim: int | None) -> list[int]:
+        return [size for i, size in enumerate(t.shape) if dim is None or i != dim % t.dim()]
+
+    if batch_size == 0:  # no element to apply it to: an empty batch of [m, n] results
+        # (mat1 and mat2 are both Functions' last two tensor arguments)
+        *_, (mat1, dim1), (mat2, dim2) = [
+            (a, d) for a, d in zip(args, in_dims, strict=True) if isinstance(a, torch.Tensor)
+        ]
+        m, n = element_shape(mat1, dim1)[0], element_shape(mat2, dim2)[1]
+        return mat1.new_empty((0, m, n))
     return torch.stack(
         [
             function.apply(*(element(a, d, i) for a, d in zip(args, in_dims, strict=True)))

@@ -197,6 +197,9 @@ def test_torch_func_transforms():
         ),
         "vmap": lambda mm, addmm: func.vmap(lambda x: mm(x, b))(batch_a),
         "vmap both": lambda mm, addmm: func.vmap(mm)(batch_a, batch_b),
+        "vmap of none": lambda mm, addmm: func.vmap(mm, in_dims=(None, 2))(
+            a, batch_b.permute(1, 2, 0)[:, :, :0]
+        ),
         "vmap addmm": lambda mm, addmm: func.vmap(lambda x: addmm(bias, x, b, alpha=2.0))(batch_a),
         "jacrev": lambda mm, addmm: func.jacrev(lambda x: mm(x, b))(a),
         "jacfwd": lambda mm, addmm: func.jacfwd(lambda x: addmm(bias, x, b, beta=0.5))(a),
