@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -103,29 +104,57 @@ def _as_pieces(entry: dict) -> dict:
     return {**entry, "config": {**entry["config"], "split_k": pieces}}
 
 
-def read_entries(text: str) -> dict[TableKey, helion.Config]:
-    """A table file's entries by key (``entries_of``). A plain entry is made ``portable``; a
-    bias entry is measured with the bias load and keeps its per-memory-op lists (x, y, bias,
-    output)."""
+def read_entries(data: dict) -> dict[TableKey, helion.Config]:
+    """A table file's entries (its parsed JSON) by key (``entries_of``). A plain entry is made
+    ``portable``; a bias entry is measured with the bias load and keeps its per-memory-op lists
+    (x, y, bias, output)."""
     table = {}
-    for e in entries_of(json.loads(text)):
+    for e in entries_of(data):
         config = portable(e["config"]) if e["epilogue"] == "plain" else e["config"]
         table[entry_key(e)] = helion.Config(**config)
     return table
 
 
+def table_document(path: Path) -> dict:
+    """A table file's JSON, its entries checked to be readable.
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
+    try:
+        data = json.loads(path.read_text())
+        for entry in entries_of(data):
+            helion.Config(**entry["config"])
+            entry_key(entry)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"helion_ops: {path} is not a readable table ({type(error).__name__}: {error}); "
+            "fix or delete it, or write it again with python -m helion_ops.tune"
+        ) from error
+    return data
+
+
 @functools.cache
 def tuned_table(arch: str) -> dict[TableKey, helion.Config]:
     """The table for a GPU architecture such as 'sm90': the shipped one with the user's own
-    (``user_table_path``) read over it; empty where neither exists.
+    (``user_table_path``) read over it; empty where neither exists. A ``$HELION_OPS_TABLE``
+    that names no file is warned of (a typo would quietly drop the user's entries); a file
+    that cannot be read is an error that names it (``table_document``).
 
     Keys are ``config_key`` plus the epilogue ("plain" or "bias").
     """
     table = {}
     shipped = resources.files("helion_ops") / "tuned" / f"{arch}.json"
-    for path in (shipped, user_table_path(arch)):
+    user = user_table_path(arch)
+    if os.environ.get(TABLE_ENV) and not user.is_file():
+        warnings.warn(
+            f"helion_ops: ${TABLE_ENV} names {user}, which is not a file: only the shipped "
+            "table is read (python -m helion_ops.tune writes there)",
+            stacklevel=2,
+        )
+    for path in (shipped, user):
         if path.is_file():
-            table.update(read_entries(path.read_text()))
+            table.update(read_entries(table_document(path)))
     return table
 
 

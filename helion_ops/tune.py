@@ -436,7 +436,22 @@ def write_table(output: Path, entries: dict, arch: str, command: str) -> None:
             key=lambda e: (e["m"], e["n"], e["k"], e["layout"], e["epilogue"], e["dtype"]),
         ),
     }
-    output.write_text(json.dumps(written, indent=1) + "\n")
+    # Written beside and then renamed over, so that an interrupted write never leaves a
+    # table that every later call would fail to read.
+    partial = output.with_name(output.name + ".partial")
+    partial.write_text(json.dumps(written, indent=1) + "\n")
+    partial.replace(output)
+
+
+def _check_writable(path: Path) -> None:
+    """Fail before any timing where the results could not be written at the end: ``path``
+    must be a file, or not yet exist, in a folder that exists or can be made and is writable.
+    """
+    if path.is_dir():
+        raise OSError(f"{path} is a directory: name a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OSError(f"{path} is not writable")
 
 
 def parse_gpus(text: str) -> int:
@@ -555,7 +570,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     arch = table.gpu_arch(torch.device("cuda"))
     output = args.output or table.user_table_path(arch)
-    written = json.loads(output.read_text()) if output.is_file() else {"entries": []}
+    try:
+        _check_writable(args.training or output)
+        written = table.table_document(output) if output.exists() else {"entries": []}
+    except (ValueError, OSError) as error:
+        print(f"helion_ops.tune: error: {error}", file=sys.stderr)
+        return 2
     entries = {table.entry_key(e): e for e in table.entries_of(written)}
     keys = [k for k in selected if args.training or args.force or k not in entries]
     if not keys:
@@ -590,7 +610,6 @@ def main(argv: list[str] | None = None) -> int:
             entries.pop(key, None)
         else:
             entries[key] = entry
-    output.parent.mkdir(parents=True, exist_ok=True)
     write_table(output, entries, arch, command)
     return 0
 

@@ -524,6 +524,32 @@ def test_tune_leaves_the_keys_its_table_has(monkeypatch, tmp_path, capsys):
     assert f"All {len(keys)} selected keys are in" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("problem", ["a directory", "not writable", "corrupt"])
+def test_tune_refuses_an_output_it_could_not_use_before_any_timing(
+    problem, monkeypatch, tmp_path, capsys
+):
+    """A table that cannot be read or written is an error naming it, before any key is timed
+    (else every measurement of the run would be lost at the end)."""
+    output = tmp_path / "mine.json"
+    if problem == "a directory":
+        output.mkdir()
+    elif problem == "not writable":
+        output.write_text(json.dumps({"entries": []}))
+        monkeypatch.setattr(tune.os, "access", lambda path, mode: False)
+    else:
+        output.write_text("{not json")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune.table, "gpu_arch", lambda device: "sm90")
+
+    def no_timing(*args):
+        raise AssertionError("keys were timed")
+
+    monkeypatch.setattr(tune, "tune_keys", no_timing)
+    assert tune.main(["--only", "gemm", "--shape", "64x32x16", "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("helion_ops.tune: error: ") and str(output) in err
+
+
 def test_tune_gpus_flag():
     assert tune.parse_gpus("all") == 0
     assert tune.parse_gpus("2") == 2

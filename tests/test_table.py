@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
 import helion
+import pytest
 import torch
 
 from helion_ops import table
@@ -62,9 +64,8 @@ def test_user_table_is_read_over_the_shipped_one(tmp_path, monkeypatch):
         "epilogue": "plain",
         "config": dict(SMALL),
     }
-    shipped_key = next(
-        iter(table.read_entries((Path(table.__file__).parent / "tuned" / "sm90.json").read_text()))
-    )
+    shipped = Path(table.__file__).parent / "tuned" / "sm90.json"
+    shipped_key = next(iter(table.read_entries(json.loads(shipped.read_text()))))
     override = {
         **entry,
         **dict(zip(("m", "n", "k", "dtype", "layout", "epilogue"), shipped_key, strict=True)),
@@ -106,9 +107,9 @@ def test_a_split_entry_of_an_older_table_runs_the_pieces_it_was_measured_with():
     }
     key = table.entry_key(entry)
     older = json.dumps({"entries": [entry]})
-    assert table.read_entries(older)[key].config["split_k"] == 5
+    assert table.read_entries(json.loads(older))[key].config["split_k"] == 5
     newer = json.dumps({"split_k": table.SPLIT_K_FORMAT, "entries": [entry]})
-    assert table.read_entries(newer)[key].config["split_k"] == 8
+    assert table.read_entries(json.loads(newer))[key].config["split_k"] == 8
     plain = {**entry, "config": dict(SMALL)}
     assert table.entries_of({"entries": [plain]}) == [plain]
     shipped = json.loads((Path(table.__file__).parent / "tuned" / "sm90.json").read_text())
@@ -126,3 +127,28 @@ def test_the_tuner_writes_tables_of_pieces(tmp_path, monkeypatch):
     written = json.loads(path.read_text())
     assert written["split_k"] == table.SPLIT_K_FORMAT
     assert table.entries_of(written) == [entry]
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", "[]", '{"entries": [{"m": 1}]}', '{"entries": [{"config": 3}]}']
+)
+def test_an_unreadable_user_table_is_an_error_naming_it(text, tmp_path, monkeypatch):
+    path = tmp_path / "mine.json"
+    path.write_text(text)
+    monkeypatch.setenv(table.TABLE_ENV, str(path))
+    table.tuned_table.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=re.escape(f"helion_ops: {path} is not a readable")):
+            table.tuned_table("sm90")
+    finally:
+        table.tuned_table.cache_clear()
+
+
+def test_a_user_table_variable_naming_no_file_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.setenv(table.TABLE_ENV, str(tmp_path / "typo.json"))
+    table.tuned_table.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="typo.json, which is not a file"):
+            assert table.tuned_table("sm90")  # the shipped entries
+    finally:
+        table.tuned_table.cache_clear()
