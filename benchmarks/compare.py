@@ -57,9 +57,18 @@ def latencies_in(directory: Path) -> dict[Key, float]:
         directory: the earlier run's --output-dir.
 
     Returns:
-        The latencies; empty when the directory holds no result JSON.
+        The latencies.
+
+    Raises:
+        ValueError: where the directory does not exist, holds no result JSON with latencies,
+            or holds more than one run (a key in two files: one run's shards hold disjoint
+            keys), whose latencies would override each other in path order.
     """
-    found = {}
+    if not directory.is_dir():
+        raise ValueError(
+            f"--compare: {directory} is not a directory: name an earlier run's --output-dir"
+        )
+    found, source = {}, {}
     for path in sorted(directory.rglob("*.json")):
         try:
             document = json.loads(path.read_text())
@@ -72,7 +81,15 @@ def latencies_in(directory: Path) -> dict[Key, float]:
             latency = row.get("latency")
             if isinstance(latency, float):
                 key = (meta["op"], meta["mode"], meta.get("precision", "fp16"))
-                found[(*key, row["shape"], row["backend"])] = latency
+                key = (*key, row["shape"], row["backend"])
+                if key in found:
+                    raise ValueError(
+                        f"--compare: {directory} holds more than one run ({' '.join(key)} in "
+                        f"{source[key]} and {path}): name one run's --output-dir"
+                    )
+                found[key], source[key] = latency, path
+    if not found:
+        raise ValueError(f"--compare: {directory} holds no result JSON with latencies")
     return found
 
 

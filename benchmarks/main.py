@@ -13,6 +13,7 @@ import os
 import shlex
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,8 @@ from benchmarks.tritonbench_runner import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from benchmarks.cli import Options
     from benchmarks.suite import Call, Job
 
@@ -67,17 +70,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     options = parse_args(argv)
     gpu = torch.cuda.is_available()
+    started = time.time()
     try:
         check_runnable(options, gpu)
         workers = gpu_count(options.gpus, torch.cuda.device_count()) if options.gpus else 0
+        # Read before this run writes anything: its own files must not be the earlier run.
+        earlier = latencies_in(options.compare) if options.compare is not None else None
+        options.output_dir.mkdir(parents=True, exist_ok=True)
     except ValueError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        print(f"run_bench.py: error: --output-dir {options.output_dir}: {err}", file=sys.stderr)
+        return 2
     if workers:
-        options.output_dir.mkdir(parents=True, exist_ok=True)
         statuses = run_workers(argv, workers, options.output_dir)
-        shards = [read_json(path) for path in sorted(options.output_dir.glob("*.json"))]
-        return max(_finish(options, merge_shards(shards), None), *statuses)
+        paths = _written_since(started, options.output_dir.glob("*.json"))
+        shards = [read_json(path) for path in paths]
+        return max(_finish(options, merge_shards(shards), None, earlier, started), *statuses)
 
     latency_note = None
     if options.interpreter(gpu):
@@ -112,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return 2
-    options.output_dir.mkdir(parents=True, exist_ok=True)
     log = options.output_dir / _with_shard("run", options, ".log")
     with output_to(log):
         planned = [(job, _calls(job, options)) for job in jobs]
@@ -146,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
                 # The files so far: a run stopped mid-job (a timeout) keeps what it measured.
                 _write_job(job, calls, texts, errors, options, meta, output)
         results.append(_write_job(job, calls, texts, errors, options, meta, output))
-    return _finish(options, results, latency_note)
+    return _finish(options, results, latency_note, earlier, started)
+
+
+def _written_since(started: float, paths: Iterable[Path]) -> list[Path]:
+    """``paths`` this run wrote (modified since it started, in name order): an --output-dir
+    used before may hold an earlier run's files."""
+    return sorted(path for path in paths if path.stat().st_mtime >= started)
 
 
 def merge_shards(results: list[JobResult]) -> list[JobResult]:
@@ -170,20 +185,27 @@ def merge_shards(results: list[JobResult]) -> list[JobResult]:
     return list(merged.values())
 
 
-def _finish(options: Options, results: list[JobResult], latency_note: str | None) -> int:
-    """The summary, the files written, the comparison and the exit status."""
+def _finish(
+    options: Options,
+    results: list[JobResult],
+    latency_note: str | None,
+    earlier: dict | None,
+    started: float,
+) -> int:
+    """The summary, the files this run wrote, the comparison with ``earlier`` (the latencies
+    of --compare's run) and the exit status."""
     print(summary_table(results, latency_note))
     print(f"Results in {options.output_dir}:")
     for pattern in ("*.csv", "*.json", "*.png", "*.log"):
-        for path in sorted(options.output_dir.glob(pattern)):
+        for path in _written_since(started, options.output_dir.glob(pattern)):
             print(f"  {path}")
     if options.output is not None:
         for path in sorted(options.output.parent.glob(f"{options.output.stem}*.csv")):
             print(f"  {path} (tritonbench's CSV)")
     failed = any(result.error for result in results)
     failures = ci_failures(results) if options.ci else []
-    if options.compare is not None:
-        table, geomean = comparison(latencies_of_results(results), latencies_in(options.compare))
+    if earlier is not None:
+        table, geomean = comparison(latencies_of_results(results), earlier)
         print(f"Against {options.compare}:\n{table}")
         if geomean is not None:
             print(f"helion's speedup over aten, now / then, geomean: {geomean:.3f}")

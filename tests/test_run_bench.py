@@ -792,6 +792,62 @@ def test_compare_reads_artifacts_in_subfolders_and_fails_ci_when_nothing_matches
     assert regression(comparison(now, {})[1]).startswith("--compare: no helion row")
 
 
+def test_compare_never_reads_this_runs_own_files(fake_run, tmp_path, capsys):
+    """An --output-dir inside the --compare folder (the default bench_results/<time> under
+    --compare bench_results): the earlier run is read before this one writes, so a slower run
+    still fails the gate rather than matching itself."""
+    assert run_into(tmp_path / "runs" / "1") == 0
+    FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = 1.3
+    # (This run's files sort after the earlier run's: read with them, they would override it.)
+    argv = ["--output-dir", str(tmp_path / "runs" / "2"), "--ci", "--compare"]
+    assert main_module.main([*argv, str(tmp_path / "runs")]) == 1
+    assert "CI failure: --compare: helion's speedup over aten fell" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["missing", "a file", "empty", "two runs"])
+def test_compare_refuses_a_folder_that_is_not_one_earlier_run(fake_run, tmp_path, capsys, given):
+    """Before anything runs: exit 2 with the reason (a missing folder, a file, no results, or
+    two runs whose latencies would override each other)."""
+    earlier = tmp_path / "earlier"
+    if given == "a file":
+        earlier.write_text("{}")
+    elif given == "empty":
+        earlier.mkdir()
+    elif given == "two runs":
+        assert run_into(earlier / "a") == 0 and run_into(earlier / "b") == 0
+    capsys.readouterr()
+    fake_run.clear()
+    argv = ["--output-dir", str(tmp_path / "now"), "--compare", str(earlier)]
+    assert main_module.main(argv) == 2
+    err = capsys.readouterr().err
+    reason = {
+        "missing": "is not a directory",
+        "a file": "is not a directory",
+        "empty": "holds no result JSON",
+        "two runs": "holds more than one run",
+    }[given]
+    assert err.startswith(f"run_bench.py: error: --compare: {earlier}") and reason in err
+    assert not fake_run  # nothing ran
+    assert not (tmp_path / "now").exists()
+
+
+def test_an_output_dir_that_cannot_be_made_is_a_usage_error(fake_run, tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert main_module.main(["--output-dir", str(tmp_path / "afile")]) == 2
+    assert capsys.readouterr().err.startswith(f"run_bench.py: error: --output-dir {tmp_path}")
+    assert not fake_run
+
+
+def test_a_reused_output_dir_reports_only_this_runs_files(fake_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.json").write_text("{}")
+    os.utime(out / "stale.json", (0, 0))  # written long before this run
+    assert main_module.main(["--output-dir", str(out), "--op", "gemm", "--mode", "fwd"]) == 0
+    listed = capsys.readouterr().out.split(f"Results in {out}:")[1]
+    assert "gemm_fwd.json" in listed and "stale.json" not in listed
+
+
 # --- --gpus --------------------------------------------------------------------------------------
 
 
