@@ -237,6 +237,10 @@ def parse_args(argv: list[str]) -> Options:
     )
 
 
+# What --precision may name: the dtypes helion_ops runs (the built-in harness's too).
+PRECISIONS = ("fp16", "bf16", "fp32")
+
+
 def _check(args: argparse.Namespace) -> None:
     """The checks that need nothing but the command line."""
     unknown = [op for op in args.op or () if op not in OPS]
@@ -270,6 +274,19 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--full runs tritonbench's default shapes: drop --full or the shapes")
     if args.output is not None and args.output.suffix != ".csv":
         raise UsageError(f"--output must name a .csv file, got {str(args.output)!r}")
+    if args.precision is not None and args.precision not in PRECISIONS:
+        raise UsageError(
+            f"--precision: unknown {args.precision}; choose from {', '.join(PRECISIONS)} "
+            "(the dtypes helion_ops runs)"
+        )
+    if args.layout is not None and (len(args.layout) != 2 or set(args.layout) - {"t", "n"}):
+        raise UsageError(f"--layout: two letters of t and n (such as tn), got {args.layout!r}")
+    for flag in ("rtol", "atol"):
+        value = getattr(args, flag)
+        try:
+            float(value if value is not None else 0)
+        except ValueError:
+            raise UsageError(f"--{flag} must be a number, got {value!r}") from None
 
 
 def check_runnable(options: Options, gpu: bool) -> None:
@@ -282,6 +299,8 @@ def check_runnable(options: Options, gpu: bool) -> None:
     Raises:
         UsageError: naming the flag that would do it.
     """
+    if (options.device or "").startswith("cuda") and not gpu:
+        raise UsageError("--device cuda: this machine has no CUDA GPU (drop --device)")
     if not options.interpreter(gpu):
         return
     where = "without a GPU" if not gpu else "with --device cpu"

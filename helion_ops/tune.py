@@ -416,6 +416,8 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"--shape must look like 1024x1024x1024, got {text!r}")
     m, n, k = map(int, parts)
+    if 0 in (m, n, k):
+        raise argparse.ArgumentTypeError(f"--shape: every size must be positive, got {text!r}")
     return m, n, k
 
 

@@ -709,6 +709,8 @@ def test_tune_shape_flag_parses_mxnxk():
     assert tune.parse_shape("1024x512X256") == (1024, 512, 256)
     with pytest.raises(argparse.ArgumentTypeError, match="--shape"):
         tune.parse_shape("1024x512")
+    with pytest.raises(argparse.ArgumentTypeError, match="every size must be positive"):
+        tune.parse_shape("0x512x256")
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,11 @@ SIZES = ["--n", "48", "--k", "32"]
         (["--gpus", "2", "--output", "x.csv"], "--output with --gpus"),
         (["--full", "--m", "64", *SIZES], "--full runs tritonbench's default shapes"),
         (["--output", "x.json"], "--output must name a .csv file"),
+        (["--precision", "fp64"], "--precision: unknown fp64; choose from fp16, bf16, fp32"),
+        (["--layout", "xx"], "--layout: two letters of t and n"),
+        (["--layout", "tnt"], "--layout: two letters of t and n"),
+        (["--rtol", "abc"], "--rtol must be a number, got 'abc'"),
+        (["--atol=1e-2x"], "--atol must be a number"),
     ],
 )
 def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
@@ -149,6 +154,7 @@ def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
         (["--op", "gemm", "--llama"], False, "--llama"),
         (["--op", "addmm", "--large-k-shapes"], False, "--large-k-shapes"),
         (["--full"], False, "--full: tritonbench's default shapes take hours"),
+        (["--device", "cuda"], False, "--device cuda: this machine has no CUDA GPU"),
     ],
 )
 def test_full_size_shapes_in_the_interpreter_are_refused(argv, gpu, message):
@@ -978,3 +984,9 @@ def test_the_cpu_host_bench_times_every_row_in_turn():
         "matmul fwd+bwd", "addmm fwd+bwd",
     ]  # fmt: skip
     assert all(float(us) > 0 for _, us, _ in timed)
+
+
+def test_the_precisions_run_bench_accepts_are_the_built_in_harness_dtypes():
+    from benchmarks import cli, harness
+
+    assert set(cli.PRECISIONS) == set(harness.DTYPES)
