@@ -304,6 +304,12 @@ def check_runnable(options: Options, gpu: bool) -> None:
     if not options.interpreter(gpu):
         return
     where = "without a GPU" if not gpu else "with --device cpu"
+    for flag, value in (("--input-id", options.input_id), ("--num-inputs", options.num_inputs)):
+        if value is not None and options.sizes is None:
+            raise UsageError(
+                f"{flag}: {where} the run takes one tiny shape, not the op's inputs: "
+                "give small --m/--n/--k instead"
+            )
     if options.shape_set:
         raise UsageError(
             f"{options.shape_set[0]}: a set of full-size shapes; {where} the kernels run in "

@@ -56,14 +56,27 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # NEW gemm's tolerances for fp16/bf16; other dtypes and addmm: the scaled rule (None).
 GEMM_TOLERANCES = {"fp16": (0.1, 1e-2), "bf16": (0.1, 1e-2)}
 NOT_HERE = "not in the built-in harness (aten and helion only)"
+# What it measures (tritonbench's names).
+METRICS = ("accuracy", "latency", "tflops", "speedup")
 
 
 def job_with_shapes(job: Job, options: Options) -> Job:
     """The job with the shapes tritonbench's own inputs would have been (--input-id, --num-inputs).
 
     Raises:
-        ValueError: a shape set only tritonbench has (--llama, --splitk, ...).
+        ValueError: a flag this harness would ignore (a metric it does not measure, addmm's
+            --bias-1D-y or --layout), a shape set only tritonbench has (--llama, --splitk, ...),
+            or an --input-id past the op's inputs.
     """
+    unknown = [m for m in (options.metrics or "").split(",") if m and m not in METRICS]
+    if unknown:
+        raise ValueError(
+            f"--metrics {','.join(unknown)}: the built-in harness measures {', '.join(METRICS)}"
+        )
+    if job.op == "addmm" and options.bias_1d is not None:
+        raise ValueError("--bias-1D-y: the built-in harness's addmm takes an [m, n] bias only")
+    if job.op == "addmm" and options.layout is not None:
+        raise ValueError("--layout: the built-in harness lays out gemm's operands only")
     if job.shapes is not None:
         return job
     flags = [flag for flag in options.shape_set if flag != "--input"]
@@ -74,6 +87,8 @@ def job_with_shapes(job: Job, options: Options) -> Job:
     else:
         shapes = GEMM_SHAPES if job.op == "gemm" else ADDMM_SHAPES
     first = options.input_id or 0
+    if first >= len(shapes):
+        raise ValueError(f"--input-id {first}: {job.op}'s inputs are 0 to {len(shapes) - 1}")
     last = None if options.num_inputs is None else first + options.num_inputs
     return replace(job, shapes=shapes[first:last])
 

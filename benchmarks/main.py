@@ -76,12 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         workers = gpu_count(options.gpus, torch.cuda.device_count()) if options.gpus else 0
         # Read before this run writes anything: its own files must not be the earlier run.
         earlier = latencies_in(options.compare) if options.compare is not None else None
-        options.output_dir.mkdir(parents=True, exist_ok=True)
+        if workers:
+            _make_output_dir(options.output_dir)
     except ValueError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"run_bench.py: error: --output-dir {options.output_dir}: {err}", file=sys.stderr)
         return 2
     if workers:
         statuses = run_workers(argv, workers, options.output_dir)
@@ -119,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 has_tolerance_flags=has_tolerance_flags(),
                 addmm_sizes_need_bias_1d=addmm_sizes_need_bias_1d(),
             )
+        _make_output_dir(options.output_dir)
     except ValueError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return 2
@@ -156,6 +155,18 @@ def main(argv: list[str] | None = None) -> int:
                 _write_job(job, calls, texts, errors, options, meta, output)
         results.append(_write_job(job, calls, texts, errors, options, meta, output))
     return _finish(options, results, latency_note, earlier, started)
+
+
+def _make_output_dir(directory: Path) -> None:
+    """--output-dir, made where missing.
+
+    Raises:
+        ValueError: naming the flag, where it cannot be made (a file, no permission).
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--output-dir {directory}: {err}") from err
 
 
 def _written_since(started: float, paths: Iterable[Path]) -> list[Path]:

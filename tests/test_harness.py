@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -119,6 +120,23 @@ def test_a_backend_it_lacks_and_a_failing_one_get_error_cells(monkeypatch):
     assert triton.error == harness.NOT_HERE
     assert helion.error == "RuntimeError: boom"
     assert list(helion.metrics) == ["accuracy", "latency", "speedup", "tflops"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--op", "gemm", "--metrics", "latency,gbps"], "--metrics gbps: the built-in harness"),
+        (["--op", "addmm", "--bias-1D-y", "1"], "--bias-1D-y: the built-in harness's addmm"),
+        (["--op", "addmm", "--layout", "nt"], "--layout: the built-in harness lays out gemm's"),
+        (["--op", "gemm", "--input-id", "31"], "--input-id 31: gemm's inputs are 0 to 30"),
+    ],
+)
+def test_flags_the_built_in_harness_would_ignore_are_refused(argv, message):
+    """Each ran and reported as if honoured (a 1-D bias, a metric, a layout) or ran nothing."""
+    options = parse_args([*argv, "--mode", "fwd"])
+    (job,) = plan_jobs(options, gpu=True, builtin=True)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        harness.job_with_shapes(job, options)
 
 
 def test_tritonbench_s_own_inputs_are_its_default_shapes(tmp_path):

@@ -155,6 +155,8 @@ def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
         (["--op", "addmm", "--large-k-shapes"], False, "--large-k-shapes"),
         (["--full"], False, "--full: tritonbench's default shapes take hours"),
         (["--device", "cuda"], False, "--device cuda: this machine has no CUDA GPU"),
+        (["--op", "gemm", "--input-id", "3"], False, "--input-id: without a GPU the run takes"),
+        (["--op", "gemm", "--num-inputs", "2"], False, "--num-inputs: without a GPU"),
     ],
 )
 def test_full_size_shapes_in_the_interpreter_are_refused(argv, gpu, message):
