@@ -274,6 +274,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--full runs tritonbench's default shapes: drop --full or the shapes")
     if args.output is not None and args.output.suffix != ".csv":
         raise UsageError(f"--output must name a .csv file, got {str(args.output)!r}")
+    if args.input is not None and not Path(args.input).is_file():
+        raise UsageError(f"--input {args.input}: no such file")
     if args.precision is not None and args.precision not in PRECISIONS:
         raise UsageError(
             f"--precision: unknown {args.precision}; choose from {', '.join(PRECISIONS)} "
@@ -310,6 +312,11 @@ def check_runnable(options: Options, gpu: bool) -> None:
                 f"{flag}: {where} the run takes one tiny shape, not the op's inputs: "
                 "give small --m/--n/--k instead"
             )
+    if options.input_csv:
+        raise UsageError(
+            f"--input: {where} the kernels run in Triton's CPU interpreter on one tiny shape, "
+            "not a CSV's: give small --m/--n/--k instead"
+        )
     if options.shape_set:
         raise UsageError(
             f"{options.shape_set[0]}: a set of full-size shapes; {where} the kernels run in "

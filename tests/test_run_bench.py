@@ -135,6 +135,7 @@ SIZES = ["--n", "48", "--k", "32"]
         (["--layout", "tnt"], "--layout: two letters of t and n"),
         (["--rtol", "abc"], "--rtol must be a number, got 'abc'"),
         (["--atol=1e-2x"], "--atol must be a number"),
+        (["--op", "gemm", "--input", "/nonexistent.csv"], "--input /nonexistent.csv: no such file"),
     ],
 )
 def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
@@ -150,7 +151,7 @@ def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
         (["--m", "4096", *SIZES], False, "--m 4096: without a GPU"),
         (["--m", "64", "--n", "48", "--k", "513"], False, "--k 513"),
         (["--op", "gemm", "--m", "4096", *SIZES, "--device", "cpu"], True, "with --device cpu"),
-        (["--op", "gemm", "--input", "shapes.csv"], False, "--input: a set of full-size"),
+        (["--op", "gemm", "--input", __file__], False, "--input: without a GPU the kernels"),
         (["--op", "gemm", "--llama"], False, "--llama"),
         (["--op", "addmm", "--large-k-shapes"], False, "--large-k-shapes"),
         (["--full"], False, "--full: tritonbench's default shapes take hours"),
