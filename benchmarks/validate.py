@@ -28,6 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
+from benchmarks.cli import OPS, PRECISIONS
 from benchmarks.gpus import gpu_count, worker_env
 from benchmarks.main import main as run_bench
 
@@ -198,6 +199,23 @@ def summarize(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What fails before any measuring (else after all of it, in ``collect``)."""
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
+    for flag, given, known in (("--op", args.op, OPS), ("--precision", args.precision, PRECISIONS)):
+        unknown = [value for value in given.split(",") if value not in known]
+        if unknown:
+            parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    if not args.shapes.is_file():
+        parser.error(f"--shapes {args.shapes}: no such file")
+    out = args.output_dir
+    if args.summarize_only and not out.is_dir():
+        parser.error(f"--summarize-only: {out} is not a folder of an earlier run")
+    if args.rounds == 1 and (out / "round0").is_dir():
+        parser.error(f"--output-dir {out} holds a run of several --rounds: give its --rounds")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", default="gemm,addmm")
@@ -230,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds {args.rounds}: give 1 or more")
+    _check(parser, args)
     out = args.output_dir
     folders = [out] if args.rounds == 1 else [out / f"round{i}" for i in range(args.rounds)]
     status = 0

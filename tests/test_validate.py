@@ -141,6 +141,37 @@ def test_more_gpus_than_there_are_is_an_error(tmp_path, monkeypatch, capsys):
     assert "--gpus 2: this machine has 1 CUDA GPU(s)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--op", "foo"], "--op: unknown foo; choose from gemm, addmm"),
+        (["--precision", "fp64"], "--precision: unknown fp64; choose from fp16, bf16, fp32"),
+        (["--shapes", "/nonexistent.csv"], "--shapes /nonexistent.csv: no such file"),
+        (["--summarize-only", "--output-dir", "/nonexistent"], "is not a folder of an earlier"),
+        (["--rounds", "0"], "--rounds 0: give 1 or more"),
+    ],
+)
+def test_bad_command_lines_fail_before_any_measuring(argv, message, monkeypatch, capsys):
+    """Each measured every shape (or none) and then failed with a traceback."""
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a benchmark ran")
+
+    monkeypatch.setattr(validate, "run", no_run)
+    with pytest.raises(SystemExit) as exit_info:
+        validate.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_folder_of_rounds_needs_its_rounds(tmp_path, capsys):
+    """A folder measured with --rounds 2 read as one round failed after all the measuring."""
+    (tmp_path / "round0").mkdir()
+    with pytest.raises(SystemExit):
+        validate.main(["--summarize-only", "--output-dir", str(tmp_path)])
+    assert "holds a run of several --rounds: give its --rounds" in capsys.readouterr().err
+
+
 def test_validate_runs_in_the_cpu_interpreter(tmp_path):
     """A fresh process on the CPU: nothing validate imports may import Triton before run_bench
     sets TRITON_INTERPRET (addmm then failed: "Cannot call @triton.jit'd outside of the scope
