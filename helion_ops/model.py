@@ -690,7 +690,9 @@ def _main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(description=_main.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m helion_ops.model", description=" ".join(_main.__doc__.split())
+    )
     parser.add_argument(
         "records", type=Path, help="JSON lines of python -m helion_ops.tune --training"
     )
@@ -701,7 +703,23 @@ def _main(argv: list[str] | None = None) -> int:
         help="fit the serving batch's model (BATCH_CANDIDATES, on its records)",
     )
     args = parser.parse_args(argv)
-    records = [json.loads(line) for line in args.records.read_text().splitlines() if line]
+    try:
+        lines = args.records.read_text().splitlines()
+    except OSError as err:
+        parser.error(f"{args.records}: {err.strerror}")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError as err:
+            parser.error(f"{args.records}, line {number}: not JSON ({err})")
+    needed = {"config", "ms"}
+    missing = [n for n, r in enumerate(records, 1) if not isinstance(r, dict) or needed - r.keys()]
+    if not records or missing:
+        where = f"record {missing[0]} lacks config or ms" if missing else "no records"
+        parser.error(f"{args.records}: {where} (python -m helion_ops.tune --training writes them)")
     candidates = BATCH_CANDIDATES if args.batch else MODEL_CANDIDATES
     model = fit(records, candidates)
     report = evaluate(records, candidates)

@@ -808,3 +808,23 @@ def test_eager_calls_count_the_host_time_one_launch_fewer_saves():
     assert shipped.pair(*short, eager=True) is not None
     assert shipped.pair(*long) is None
     assert shipped.pair(*long, eager=True) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "No such file"),
+        ("", "no records"),
+        ('{"config": {}, "ms": 1.0}\n{not json\n', "line 2: not JSON"),
+        ('{"config": {}}\n', "record 1 lacks config or ms"),
+        ("[1, 2]\n", "record 1 lacks config or ms"),
+    ],
+)
+def test_the_fit_command_names_what_is_wrong_with_its_records(text, message, tmp_path, capsys):
+    records = tmp_path / "records.jsonl"
+    if text is not None:
+        records.write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        model._main([str(records)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
