@@ -9,6 +9,8 @@ harness (``benchmarks/harness.py``) runs the same calls, aten and helion only.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shlex
 import sys
@@ -323,11 +325,20 @@ def _call_tritonbench(argv: list[str]) -> tuple[str, str | None]:
     with tempfile.TemporaryDirectory() as tmp:
         csv_path = Path(tmp) / "tritonbench.csv"
         error = None
+        stderr = io.StringIO()
         try:
-            run_tritonbench([*argv, "--output", str(csv_path)])
+            with contextlib.redirect_stderr(stderr):
+                run_tritonbench([*argv, "--output", str(csv_path)])
         except (Exception, SystemExit) as err:
             # One op failing must not end the run; tritonbench still writes what it measured.
             error = f"{type(err).__name__}: {err}"
+            # tritonbench's argparse says why it exits (an unknown flag, a bad choice) on
+            # stderr only: that line goes into the error cell too.
+            why = [line for line in stderr.getvalue().splitlines() if ": error: " in line]
+            if isinstance(err, SystemExit) and why:
+                error += f" ({why[-1].strip()})"
+        finally:
+            sys.stderr.write(stderr.getvalue())  # the log keeps all of it
         return (csv_path.read_text() if csv_path.exists() else ""), error
 
 

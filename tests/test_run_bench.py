@@ -993,3 +993,19 @@ def test_the_precisions_run_bench_accepts_are_the_built_in_harness_dtypes():
     from benchmarks import cli, harness
 
     assert set(cli.PRECISIONS) == set(harness.DTYPES)
+
+
+def test_tritonbench_s_own_usage_error_reaches_the_error_cell(monkeypatch, capsys):
+    """A flag tritonbench refuses made every call's cell read `SystemExit: 2`; argparse's
+    reason, printed on stderr, now follows it (and still reaches the log)."""
+
+    def refusing(argv):
+        parser = argparse.ArgumentParser(prog="tritonbench")
+        parser.add_argument("--op")
+        parser.parse_args(argv)
+
+    monkeypatch.setattr(main_module, "run_tritonbench", refusing)
+    _, error = main_module._call_tritonbench(["--op", "gemm", "--foo-bar", "3"])
+    assert error.startswith("SystemExit: 2 (tritonbench: error: unrecognized arguments:")
+    assert "--foo-bar 3" in error
+    assert "unrecognized arguments" in capsys.readouterr().err
