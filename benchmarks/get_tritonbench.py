@@ -44,7 +44,8 @@ def fetch(url: str = URL, dest: Path | None = None, submodule_url: str | None = 
     """Clone tritonbench at ``COMMIT`` and its generative-recommenders submodule into dest.
 
     A complete clone already there is kept. The clone is made next to dest and renamed into
-    place, so an interrupted fetch leaves nothing that run_bench would take for a clone.
+    place, so an interrupted fetch leaves nothing that run_bench would take for a clone; a
+    failed one removes its partial clone.
 
     Returns:
         dest.
@@ -57,8 +58,23 @@ def fetch(url: str = URL, dest: Path | None = None, submodule_url: str | None = 
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     print(f"cloning {url} at {COMMIT[:7]} into {dest}")
+    try:
+        _clone_into(partial, url, submodule_url)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # a failed fetch leaves no clone behind
+        raise
+    partial.rename(dest)
+    return dest
+
+
+def _clone_into(partial: Path, url: str, submodule_url: str | None) -> None:
+    """tritonbench at ``COMMIT`` and its submodule at the commit it pins, into ``partial``."""
     _git("clone", "--quiet", "--no-checkout", url, partial)
-    _git("-C", partial, "checkout", "--quiet", "--detach", COMMIT)
+    try:
+        _git("-C", partial, "checkout", "--quiet", "--detach", COMMIT)
+    except RuntimeError as err:
+        message = f"{url}: no commit {COMMIT[:7]}, the one run_bench pins? ({err})"
+        raise RuntimeError(message) from err
     pinned = _git("-C", partial, "rev-parse", f"{COMMIT}:{SUBMODULE}")
     if submodule_url is None:
         key = f"submodule.{SUBMODULE}.url"
@@ -74,10 +90,8 @@ def fetch(url: str = URL, dest: Path | None = None, submodule_url: str | None = 
         warnings.warn(
             f"{submodule_url} has no commit {pinned[:7]} (the one tritonbench {COMMIT[:7]} "
             f"pins): using its default branch, {head[:7]}",
-            stacklevel=2,
+            stacklevel=3,
         )
-    partial.rename(dest)
-    return dest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,10 +51,19 @@ def stub_launches() -> None:
     checks._fast_device = lambda t: True  # as on a GPU: no environment read
 
 
+def positive(text: str) -> int:
+    """A count of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive count, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=20000, help="a batch (a tenth for fwd+bwd)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--calls", type=positive, default=20000, help="a batch (a tenth for fwd+bwd)"
+    )
+    parser.add_argument("--repeats", type=positive, default=5)
     parser.add_argument("-p", "--profile", nargs="*", default=[], metavar="ROW")
     args = parser.parse_args(argv)
     stub_launches()

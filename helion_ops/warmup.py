@@ -60,7 +60,11 @@ def warm_shape(job: tuple[int, int, int, str, str, str]) -> None:
 def read_shapes(path: Path) -> list[tuple[int, int, int]]:
     """(M, N, K) of each row of a CSV with M, N and K columns (tritonbench's gemm format)."""
     with path.open() as f:
-        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    try:
+        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in rows]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: each row needs integer M, N and K columns ({err!r})") from err
 
 
 def warm(
@@ -106,11 +110,18 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    try:
+        shapes = read_shapes(args.shapes)
+    except (OSError, ValueError) as err:
+        print(f"helion_ops.warmup: error: {err}", file=sys.stderr)
+        return 2
+    if args.jobs < 1 or min((size for shape in shapes for size in shape), default=1) < 1:
+        print("helion_ops.warmup: error: --jobs and every size must be 1 or more", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("helion_ops.warmup needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.monotonic()
-    shapes = read_shapes(args.shapes)
     warm(shapes, dtypes, ops, args.jobs, tuple(layouts))
     count = len(shapes) * len(dtypes) * len(ops) * len(layouts)
     print(f"warmed {count} (shape, dtype, op, layout) in {time.monotonic() - start:.0f} s")

@@ -92,6 +92,18 @@ def test_a_failed_clone_leaves_nothing_run_bench_would_use(tmp_path, capsys):
     assert not dest.exists()
 
 
+def test_a_url_without_the_pinned_commit_says_so_and_leaves_no_partial_clone(
+    upstream, tmp_path, monkeypatch, capsys
+):
+    tritonbench, _, _ = upstream
+    monkeypatch.setattr(get_tritonbench, "COMMIT", "0" * 40)
+    dest = tmp_path / "clone"
+    assert get_tritonbench.main(["--url", str(tritonbench), "--dest", str(dest)]) == 1
+    assert f"{tritonbench}: no commit 0000000, the one run_bench pins?" in capsys.readouterr().err
+    assert not dest.exists()
+    assert not dest.with_name("clone.partial").exists()
+
+
 @pytest.fixture
 def tritonbench_modules_kept():
     """sys.modules' tritonbench entries as they were before the test: a test that imports a

@@ -54,3 +54,26 @@ def test_without_a_gpu_it_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert warmup.main([str(shapes), "--layout", "tn"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["A,B\n1,2\n", "M,N,K\n12x,5,5\n"])
+def test_a_csv_without_integer_m_n_k_is_named(text, tmp_path):
+    path = tmp_path / "shapes.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="each row needs integer M, N and K columns"):
+        warmup.read_shapes(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "argv", "message"),
+    [
+        ("A,B\n1,2\n", [], "each row needs integer M, N and K"),
+        ("M,N,K\n0,5,5\n", [], "every size must be 1 or more"),
+        ("M,N,K\n4,5,5\n", ["--jobs", "0"], "--jobs and every size"),
+    ],
+)
+def test_bad_shapes_or_jobs_exit_2_before_the_gpu_check(text, argv, message, tmp_path, capsys):
+    path = tmp_path / "shapes.csv"
+    path.write_text(text)
+    assert warmup.main([str(path), *argv]) == 2
+    assert message in capsys.readouterr().err
