@@ -95,7 +95,9 @@ def _clone_into(partial: Path, url: str, submodule_url: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.get_tritonbench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--url", default=URL, help=f"tritonbench's git URL (default {URL})")
     parser.add_argument(
         "--submodule-url", help=f"{SUBMODULE}'s git URL (default: the one tritonbench names)"

@@ -62,7 +62,7 @@ def fwd_bwd(fn, grad_out: torch.Tensor, *inputs: torch.Tensor):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_overhead")
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--json")

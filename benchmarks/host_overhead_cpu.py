@@ -59,7 +59,7 @@ def positive(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_overhead_cpu")
     parser.add_argument(
         "--calls", type=positive, default=20000, help="a batch (a tenth for fwd+bwd)"
     )

@@ -217,7 +217,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.validate", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--op", default="gemm,addmm")
     parser.add_argument("--precision", default="bf16,fp16")
     parser.add_argument("--mode", default="fwd,bwd")

@@ -31,7 +31,10 @@ def bench(fn) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    description = " ".join(__doc__.split("\n\n")[0].split())
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.wave_split", description=description
+    )
     parser.add_argument("--shape", type=parse_shape, action="append", required=True)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--json", help="also write the rows here")

@@ -492,7 +492,9 @@ def selected_keys(args: argparse.Namespace) -> list[tuple]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m helion_ops.tune", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument(
         "--output",

@@ -91,7 +91,9 @@ def warm(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m helion_ops.warmup", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("shapes", type=Path, help="CSV with M, N, K columns")
     parser.add_argument("--dtype", default="bf16", help="comma-separated: bf16, fp16, fp32")
     parser.add_argument("--op", default="matmul,addmm", help="comma-separated: matmul, addmm")
