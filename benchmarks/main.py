@@ -15,7 +15,6 @@ import os
 import shlex
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     options = parse_args(argv)
     gpu = torch.cuda.is_available()
-    started = time.time()
+    before = _files_in(options.output_dir)
     try:
         check_runnable(options, gpu)
         workers = gpu_count(options.gpus, torch.cuda.device_count()) if options.gpus else 0
@@ -85,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if workers:
         statuses = run_workers(argv, workers, options.output_dir)
-        paths = _written_since(started, options.output_dir.glob("*.json"))
+        paths = _written_since(before, options.output_dir.glob("*.json"))
         shards = [read_json(path) for path in paths]
-        return max(_finish(options, merge_shards(shards), None, earlier, started), *statuses)
+        return max(_finish(options, merge_shards(shards), None, earlier, before), *statuses)
 
     latency_note = None
     if options.interpreter(gpu):
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The files so far: a run stopped mid-job (a timeout) keeps what it measured.
                 _write_job(job, calls, texts, errors, options, meta, output)
         results.append(_write_job(job, calls, texts, errors, options, meta, output))
-    return _finish(options, results, latency_note, earlier, started)
+    return _finish(options, results, latency_note, earlier, before)
 
 
 def _make_output_dir(directory: Path) -> None:
@@ -171,10 +170,15 @@ def _make_output_dir(directory: Path) -> None:
         raise ValueError(f"--output-dir {directory}: {err}") from err
 
 
-def _written_since(started: float, paths: Iterable[Path]) -> list[Path]:
-    """``paths`` this run wrote (modified since it started, in name order): an --output-dir
-    used before may hold an earlier run's files."""
-    return sorted(path for path in paths if path.stat().st_mtime >= started)
+def _files_in(directory: Path) -> dict[Path, int]:
+    """Each file in ``directory`` and its modification time (ns), before this run writes."""
+    return {path: path.stat().st_mtime_ns for path in directory.glob("*") if path.is_file()}
+
+
+def _written_since(before: dict[Path, int], paths: Iterable[Path]) -> list[Path]:
+    """``paths`` this run wrote, in name order: new, or modified since ``_files_in`` saw them
+    (an --output-dir used before may hold an earlier run's files)."""
+    return sorted(path for path in paths if before.get(path) != path.stat().st_mtime_ns)
 
 
 def merge_shards(results: list[JobResult]) -> list[JobResult]:
@@ -203,14 +207,14 @@ def _finish(
     results: list[JobResult],
     latency_note: str | None,
     earlier: dict | None,
-    started: float,
+    before: dict[Path, int],
 ) -> int:
     """The summary, the files this run wrote, the comparison with ``earlier`` (the latencies
     of --compare's run) and the exit status."""
     print(summary_table(results, latency_note))
     print(f"Results in {options.output_dir}:")
     for pattern in ("*.csv", "*.json", "*.png", "*.log"):
-        for path in _written_since(started, options.output_dir.glob(pattern)):
+        for path in _written_since(before, options.output_dir.glob(pattern)):
             print(f"  {path}")
     if options.output is not None:
         for path in sorted(options.output.parent.glob(f"{options.output.stem}*.csv")):
