@@ -209,8 +209,8 @@ def _finish(
     earlier: dict | None,
     before: dict[Path, int],
 ) -> int:
-    """The summary, the files this run wrote, the comparison with ``earlier`` (the latencies
-    of --compare's run) and the exit status."""
+    """The summary, the files this run wrote (those not in ``before`` as it was), the
+    comparison with ``earlier`` (the latencies of --compare's run) and the exit status."""
     print(summary_table(results, latency_note))
     print(f"Results in {options.output_dir}:")
     for pattern in ("*.csv", "*.json", "*.png", "*.log"):
