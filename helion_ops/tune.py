@@ -596,26 +596,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(keys)} keys on {gpus} GPU(s); table {output}", flush=True)
     shares = [keys[i::gpus] for i in range(gpus)]
     if gpus == 1:
-        found, records = tune_keys(0, shares[0], args)
+        results = [tune_keys(0, shares[0], args)]
     else:
         # One process per GPU, each timing its share of the keys (and compiling them with
         # its share of the workers); results come back to be merged here.
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(gpus, mp_context=context) as pool:
-            results = list(pool.map(tune_keys, range(gpus), shares, [args] * gpus))
-        found = {k: v for part, _ in results for k, v in part.items()}
-        records = [r for _, part in results for r in part]
+            futures = [pool.submit(tune_keys, i, share, args) for i, share in enumerate(shares)]
+            try:
+                wait(futures)
+            except KeyboardInterrupt:
+                wait(futures)  # the workers, interrupted as well, return what they measured
+            results = [future.result() for future in futures]
+    found = {k: v for part, _, _ in results for k, v in part.items()}
+    records = [r for _, part, _ in results for r in part]
+    # Ctrl-C keeps what was measured (a later run resumes after it) and exits as interrupted.
+    status = 130 if any(interrupted for _, _, interrupted in results) else 0
     if args.training:
         args.training.write_text("".join(json.dumps(r) + "\n" for r in records))
         print(f"{len(records)} timings in {args.training}")
-        return 0
+        return status
     for key, entry in found.items():
         if entry is None:
             entries.pop(key, None)
         else:
             entries[key] = entry
     write_table(output, entries, arch, command)
-    return 0
+    print(f"{len(found)} keys written to {output}")
+    return status
 
 
 def _add_record(
@@ -652,9 +660,10 @@ def _add_record(
 
 def tune_keys(
     gpu: int, keys: list[tuple], args: argparse.Namespace
-) -> tuple[dict[tuple, dict | None], list[dict]]:
+) -> tuple[dict[tuple, dict | None], list[dict], bool]:
     """Time ``keys`` on GPU ``gpu``: the entries found (None where ``tune_key`` keeps
-    none) and, with ``--training``, every timing as a record."""
+    none), with ``--training`` every timing as a record, and whether Ctrl-C cut it short
+    (what it measured until then is returned all the same, for the table)."""
     torch.cuda.set_device(gpu)
     dtype = getattr(torch, args.dtype)
     start = time.monotonic()
@@ -682,6 +691,7 @@ def tune_keys(
             compiling[key] = [pool.submit(_compile_into_cache, job) for job in work]
     found: dict[tuple, dict | None] = {}
     records: list[dict] = []
+    interrupted = False
     try:
         for i, key in enumerate(keys, 1):
             if time.monotonic() - start > args.budget_s:
@@ -701,10 +711,13 @@ def tune_keys(
                     f"speedup {entry['speedup_vs_aten']}",
                     flush=True,
                 )
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"[gpu {gpu}] interrupted: {len(found)} of {len(keys)} keys measured", flush=True)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    return found, records
+    return found, records, interrupted
 
 
 if __name__ == "__main__":

@@ -550,6 +550,41 @@ def test_tune_refuses_an_output_it_could_not_use_before_any_timing(
     assert err.startswith("helion_ops.tune: error: ") and str(output) in err
 
 
+def test_ctrl_c_in_tuning_keeps_what_was_measured(monkeypatch, tmp_path, capsys):
+    """The first key is measured, Ctrl-C comes during the second: the table gets the first,
+    and the run exits 130 (a later run resumes after it)."""
+    keys = tune.keys_of("gemm", [(64, 32, 16), (64, 32, 48)], "bfloat16", None)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda gpu: None)
+    monkeypatch.setattr(tune.configs, "sm_count", lambda device: 132)
+    monkeypatch.setattr(tune, "candidates_of_key", lambda key, dtype: [])
+    monkeypatch.setattr(tune, "operands", lambda m, n, k, layout, dtype, fill: (None, None))
+    monkeypatch.setattr(tune.loads, "tma_aligned", lambda a, b: True)
+    measured = []
+
+    def tune_key(key, *args):
+        if measured:
+            raise KeyboardInterrupt
+        measured.append(key)
+        return {"ms": 1.0, "aten_ms": 1.0, "speedup_vs_aten": 1.0}
+
+    monkeypatch.setattr(tune, "tune_key", tune_key)
+    args = tune.parse_args(["--only", "gemm", "--jobs", "1"])
+    found, records, interrupted = tune.tune_keys(0, keys, args)
+    assert interrupted and list(found) == measured == keys[:1] and records == []
+    assert f"interrupted: 1 of {len(keys)} keys measured" in capsys.readouterr().out
+
+    entry = {"m": 64, "n": 32, "k": 16, "dtype": "bfloat16", "layout": "rr", "epilogue": "plain"}
+    monkeypatch.setattr(tune, "tune_keys", lambda gpu, keys, args: ({keys[0]: entry}, [], True))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(tune.table, "gpu_arch", lambda device: "sm90")
+    output = tmp_path / "mine.json"
+    argv = ["--only", "gemm", "--shape", "64x32x16", "--output", str(output)]
+    assert tune.main(argv) == 130
+    assert [e["m"] for e in json.loads(output.read_text())["entries"]] == [64]
+
+
 def test_tune_gpus_flag():
     assert tune.parse_gpus("all") == 0
     assert tune.parse_gpus("2") == 2
