@@ -647,6 +647,8 @@ def launch_mm_pair(
     """
     if alpha == 0:  # reads neither product: zeros from launch_mm
         return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
+    if a1.is_neg() or b1.is_neg() or a2.is_neg() or b2.is_neg():  # (``resolved``)
+        return launch_mm_pair(*resolved(a1, b1, a2, b2), alpha)
     fast_key = (
         a1.shape, b1.shape, a2.shape, b2.shape, a1.stride(), b1.stride(), a2.stride(),
         b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
@@ -864,11 +866,8 @@ def launch_addmm(
 def resolved(*tensors: Any) -> tuple[Any, ...]:
     """``tensors`` with torch's lazy negation applied. A real tensor may carry a negative bit
     (``t.is_neg()``: ``z.conj().imag`` of a complex ``z``, ``torch._neg_view``): its values
-    are the negation of its memory, which the kernels read as it is; so it is copied first,
-    as torch does. Other arguments pass as they are; so do all while compiling, where the
-    custom ops' bodies get what they are given when they run."""
-    if torch.compiler.is_compiling():
-        return tensors
+    are the negation of its memory, which the kernels read as it is; so the launchers copy
+    it first, as torch does. Other arguments (which the checks name) pass as they are."""
     return tuple(
         t.resolve_neg() if isinstance(t, torch.Tensor) and t.is_neg() else t for t in tensors
     )

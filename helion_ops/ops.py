@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair, resolved
+from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -52,7 +52,7 @@ def mm_pair_op(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(alpha * (a1 @ b1), alpha * (a2 @ b2))``, in one launch where both are small."""
-    return launch_mm_pair(*resolved(a1, b1, a2, b2), alpha)
+    return launch_mm_pair(a1, b1, a2, b2, alpha)
 
 
 @mm_pair_op.register_fake
@@ -155,7 +155,6 @@ def _operand_grads(
         return tuple(None if g is None else g * 0.0 for g in grads)
     need_mat1, need_mat2 = needs
     col1, col2 = column_major
-    mat1, mat2, grad_out = resolved(mat1, mat2, grad_out)
     # grad_mat1 = grad_out @ mat2.T, or (mat2 @ grad_out.T).T; likewise grad_mat2.
     first = ((mat2, grad_out.T) if col1 else (grad_out, mat2.T)) if need_mat1 else None
     second = ((grad_out.T, mat1) if col2 else (mat1.T, grad_out)) if need_mat2 else None
