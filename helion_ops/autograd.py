@@ -73,7 +73,7 @@ class _TransformableMatMul(MatMulFunction):
 
     @staticmethod
     def jvp(ctx: Any, mat1_t: torch.Tensor | None, mat2_t: torch.Tensor | None) -> torch.Tensor:
-        return _tangent(*ctx.saved_tensors, (mat1_t, mat2_t), 1.0)
+        return ops.product_tangent(*ctx.saved_tensors, (mat1_t, mat2_t), 1.0, mm=_tangent_mm())
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[torch.Tensor, int]:
@@ -107,7 +107,10 @@ class _TransformableAddMM(AddMMFunction):
         beta_t: None,
     ) -> torch.Tensor:
         mat1, mat2 = ctx.saved_tensors
-        return _tangent(mat1, mat2, (mat1_t, mat2_t), ctx.alpha, bias_t, ctx.beta)
+        tangents = (mat1_t, mat2_t)
+        return ops.product_tangent(
+            mat1, mat2, tangents, ctx.alpha, bias_t, ctx.beta, mm=_tangent_mm()
+        )
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[torch.Tensor, int]:
@@ -144,20 +147,10 @@ def _per_sample(
     )
 
 
-def _tangent(
-    mat1: torch.Tensor,
-    mat2: torch.Tensor,
-    tangents: tuple[torch.Tensor | None, torch.Tensor | None],
-    alpha: float,
-    bias_t: torch.Tensor | None = None,
-    beta: float = 0.0,
-) -> torch.Tensor:
-    """The Functions' ``jvp``: ``ops.product_tangent`` through the launchers, or under a
-    functorch transform (``torch.func.jvp``, whose tensors here are still its wrappers)
-    through these Functions."""
-    functorch = torch._C._are_functorch_transforms_active()
-    mm = _function_mm if functorch else launch_mm
-    return ops.product_tangent(mat1, mat2, tangents, alpha, bias_t, beta, mm)
+def _tangent_mm() -> ops.MM:
+    """How the Functions' ``jvp`` multiplies: the launcher, or under a functorch transform
+    (``torch.func.jvp``, whose tensors here are still its wrappers) these Functions."""
+    return _function_mm if torch._C._are_functorch_transforms_active() else launch_mm
 
 
 def _transformed() -> bool:
