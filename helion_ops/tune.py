@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             entries[key] = entry
     write_table(output, entries, arch, command)
-    print(f"{len(found)} keys written to {output}")
+    print(f"{output}: {len(entries)} entries, {len(found)} of its keys measured in this run")
     return status
 
 
