@@ -37,6 +37,7 @@ import torch
 
 from benchmarks.results import Row
 from benchmarks.suite import BACKENDS, BWD_MODES, Shape
+from benchmarks.tritonbench_runner import INSTALL_COMMAND
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -55,7 +56,6 @@ ADDMM_SHAPES: tuple[Shape, ...] = tuple((m, 512, 1536) for m in ADDMM_M)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # NEW gemm's tolerances for fp16/bf16; other dtypes and addmm: the scaled rule (None).
 GEMM_TOLERANCES = {"fp16": (0.1, 1e-2), "bf16": (0.1, 1e-2)}
-NOT_HERE = "not in the built-in harness (aten and helion only)"
 # What it measures (tritonbench's names).
 METRICS = ("accuracy", "latency", "tflops", "speedup")
 
@@ -64,10 +64,17 @@ def job_with_shapes(job: Job, options: Options) -> Job:
     """The job with the shapes tritonbench's own inputs would have been (--input-id, --num-inputs).
 
     Raises:
-        ValueError: a flag this harness would ignore (a metric it does not measure, addmm's
-            --bias-1D-y or --layout), a shape set only tritonbench has (--llama, --splitk, ...),
-            or an --input-id past the op's inputs.
+        ValueError: a flag this harness would ignore (a metric it does not measure, a backend
+            it does not run, addmm's --bias-1D-y or --layout), a shape set only tritonbench has
+            (--llama, --splitk, ...), or an --input-id past the op's inputs.
     """
+    runs = (BACKENDS[job.op].baseline, BACKENDS[job.op].helion)
+    unknown = [name for name in (options.only or "").split(",") if name and name not in runs]
+    if unknown:
+        raise ValueError(
+            f"--only {','.join(unknown)}: the built-in harness runs {job.op}'s {' and '.join(runs)}"
+            f" (for tritonbench's others: {INSTALL_COMMAND})"
+        )
     unknown = [m for m in (options.metrics or "").split(",") if m and m not in METRICS]
     if unknown:
         raise ValueError(
@@ -277,18 +284,15 @@ def run_call(argv: Sequence[str]) -> list[Row]:
         # tritonbench's columns: every metric asked for, less speedup and accuracy for the baseline
         names = [m for m in metrics if name != baseline or m not in ("speedup", "accuracy")]
         values: dict[str, float | str | None] = {}
-        if name not in fns:
-            values[names[0]] = NOT_HERE
+        try:
+            compared, step = results_and_step(fns[name], inputs, args.mode, args.cudagraph)
+            ms = latency_ms(step, device != "cpu", args.cudagraph)
+        except Exception as err:  # one backend failing must not end the call
+            values[names[0]] = f"{type(err).__name__}: {err}"
         else:
-            try:
-                compared, step = results_and_step(fns[name], inputs, args.mode, args.cudagraph)
-                ms = latency_ms(step, device != "cpu", args.cudagraph)
-            except Exception as err:  # one backend failing must not end the call
-                values[names[0]] = f"{type(err).__name__}: {err}"
-            else:
-                baseline_ms = ms if name == baseline else baseline_ms
-                values = {"latency": ms, "tflops": flops / ms / 1e9}
-                values["speedup"] = baseline_ms / ms if baseline_ms else None
-                values["accuracy"] = float(accurate(compared, expected, tolerance(args.op, args)))
+            baseline_ms = ms if name == baseline else baseline_ms
+            values = {"latency": ms, "tflops": flops / ms / 1e9}
+            values["speedup"] = baseline_ms / ms if baseline_ms else None
+            values["accuracy"] = float(accurate(compared, expected, tolerance(args.op, args)))
         rows.append(Row(label, name, {m: values.get(m) for m in names}))
     return rows

@@ -48,6 +48,7 @@ from benchmarks.tritonbench_runner import (
     has_tolerance_flags,
     run_tritonbench,
     tritonbench_import_error,
+    unknown_names,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                 has_tolerance_flags=has_tolerance_flags(),
                 addmm_sizes_need_bias_1d=addmm_sizes_need_bias_1d(),
             )
+            for job in jobs:
+                unknown = unknown_names(job.op, job.argv)
+                if unknown:
+                    raise ValueError(unknown)
         _make_output_dir(options.output_dir)
     except ValueError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)

@@ -151,3 +151,44 @@ def count_inputs(argv: Sequence[str]) -> int:
         args, extra_args = get_parser().parse_known_args(list(argv))
         operator = load_opbench_by_name(args.op)(tb_args=args, extra_args=extra_args)
     return sum(1 for _ in operator.get_input_iter())
+
+
+def unknown_names(op: str, argv: Sequence[str]) -> str | None:
+    """What of a job's ``--only`` and ``--metrics`` tritonbench's operator does not know.
+
+    tritonbench drops an unknown metric without a word and fails an unknown backend only
+    mid-run; this names them before anything runs. Read from tritonbench's registries, filled
+    when ``helion_ops.tritonbench_plugin.register`` imported the operator; no check where a
+    version lacks them, or where ``--only-match-mode`` makes ``--only`` prefixes.
+
+    Args:
+        op: the job's operator.
+        argv: the job's tritonbench arguments, with ``--only`` and ``--metrics``.
+
+    Returns:
+        A message naming the flag, the unknown names and the known ones; None if all are known.
+    """
+    try:
+        from tritonbench.utils import triton_op
+    except ImportError:
+        return None
+    backends = getattr(triton_op, "REGISTERED_BENCHMARKS", {}).get(op)
+    builtin = getattr(triton_op, "BUILTIN_METRICS", None)
+    known = {"--only": backends, "--metrics": None}
+    if builtin is not None:
+        known["--metrics"] = set(builtin) | set(
+            getattr(triton_op, "REGISTERED_METRICS", {}).get(op, ())
+        )
+    if "--only-match-mode" in argv:
+        known["--only"] = None
+    for flag, names in known.items():
+        if names is None or flag not in argv:
+            continue
+        given = argv[list(argv).index(flag) + 1].split(",")
+        unknown = [name for name in given if name.strip() not in names]
+        if unknown:
+            return (
+                f"{flag} {','.join(unknown)}: tritonbench's {op} has no such "
+                f"{'backend' if flag == '--only' else 'metric'}; it has {', '.join(sorted(names))}"
+            )
+    return None

@@ -46,6 +46,7 @@ from benchmarks.suite import (
 from benchmarks.tritonbench_runner import (
     addmm_sizes_need_bias_1d,
     has_tolerance_flags,
+    unknown_names,
 )
 
 TRITONBENCH_CSV = """\
@@ -380,6 +381,55 @@ def test_main_refuses_addmm_sizes_tritonbench_would_ignore(monkeypatch, capsys, 
     argv = ["--op", "addmm", "--m", "256", "--k", "256", "--n", "256"]
     assert main_module.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
     assert "--bias-1D-y" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def fake_registries(monkeypatch):
+    """tritonbench's registries as OLD and NEW keep them, for gemm."""
+    triton_op = types.ModuleType("tritonbench.utils.triton_op")
+    triton_op.REGISTERED_BENCHMARKS = {
+        "gemm": {"aten_matmul": None, "helion_matmul_tritonbench": None}
+    }
+    triton_op.BUILTIN_METRICS = {"latency", "accuracy", "speedup", "tflops"}
+    triton_op.REGISTERED_METRICS = {"gemm": ["gbps"]}
+    for name in ("tritonbench", "tritonbench.utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules["tritonbench.utils"].triton_op = triton_op
+    monkeypatch.setitem(sys.modules, "tritonbench.utils.triton_op", triton_op)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--only", "aten_matmul,helion_matmul_tritonbench", "--metrics", "latency,gbps"], None),
+        (
+            ["--only", "aten,helion_matmul_tritonbench"],
+            "--only aten: tritonbench's gemm has no such backend",
+        ),
+        (["--metrics", "latency,gpbs"], "--metrics gpbs: tritonbench's gemm has no such metric"),
+        (["--only", "aten", "--only-match-mode", "prefix-with-baseline"], None),
+    ],
+)
+def test_names_tritonbench_would_drop_or_fail_on_are_found(monkeypatch, argv, message):
+    fake_registries(monkeypatch)
+    unknown = unknown_names("gemm", argv)
+    assert unknown == message if message is None else unknown.startswith(message)
+    if message:
+        assert "aten_matmul" in unknown if "--only" in message else "gbps" in unknown
+
+
+def test_main_refuses_names_tritonbench_does_not_know(monkeypatch, capsys, tmp_path):
+    """Before: an unknown metric was dropped without a word, an unknown backend failed mid-run."""
+    fake_registries(monkeypatch)
+    monkeypatch.setattr(main_module, "tritonbench_import_error", lambda: None)
+    monkeypatch.setattr(main_module, "has_tolerance_flags", lambda: False)
+    monkeypatch.setattr(main_module, "addmm_sizes_need_bias_1d", lambda: False)
+    plugin = types.ModuleType("helion_ops.tritonbench_plugin")
+    plugin.register = lambda: ["gemm"]
+    monkeypatch.setitem(sys.modules, "helion_ops.tritonbench_plugin", plugin)
+    argv = ["--op", "gemm", "--metrics", "latency,bogus", "--output-dir", str(tmp_path / "out")]
+    assert main_module.main(argv) == 2
+    assert "--metrics bogus: tritonbench's gemm has no such metric" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
