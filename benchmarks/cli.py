@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--output", type=Path, metavar="PATH", help="tritonbench's CSV, here too")
     for size in ("--m", "--n", "--k"):
         tb.add_argument(size, type=int, help="one shape: give --m, --n and --k together")
-    tb.add_argument("--precision")
+    tb.add_argument("--precision", type=precision_name, help="fp16 (default), bf16 or fp32")
     tb.add_argument("--layout")
     tb.add_argument("--device", "-d")
     tb.add_argument("--bias-1D-y", dest="bias_1d")
@@ -237,8 +237,16 @@ def parse_args(argv: list[str]) -> Options:
     )
 
 
-# What --precision may name: the dtypes helion_ops runs (the built-in harness's too).
+# What --precision may name: the dtypes helion_ops runs (the built-in harness's too), in
+# tritonbench's spelling; torch's is taken too. (helion_ops.dtype_names has the same map, but
+# importing helion_ops here would import Triton before the interpreter is chosen.)
 PRECISIONS = ("fp16", "bf16", "fp32")
+_TORCH_SPELLING = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def precision_name(text: str) -> str:
+    """``bfloat16`` -> ``bf16``; any other text as it is (checked in ``_check``)."""
+    return _TORCH_SPELLING.get(text, text)
 
 
 def _check(args: argparse.Namespace) -> None:

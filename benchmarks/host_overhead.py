@@ -24,6 +24,7 @@ import torch
 
 import helion_ops
 from helion_ops import native
+from helion_ops.dtype_names import torch_name
 from helion_ops.kernel import launch_mm
 
 
@@ -64,7 +65,9 @@ def fwd_bwd(fn, grad_out: torch.Tensor, *inputs: torch.Tensor):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.host_overhead")
     parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument(
+        "--dtype", default="bfloat16", type=torch_name, choices=["bfloat16", "float16", "float32"]
+    )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -28,7 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
-from benchmarks.cli import OPS, PRECISIONS
+from benchmarks.cli import OPS, PRECISIONS, precision_name
 from benchmarks.gpus import gpu_count, worker_env
 from benchmarks.main import main as run_bench
 
@@ -221,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks.validate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--op", default="gemm,addmm")
-    parser.add_argument("--precision", default="bf16,fp16")
+    parser.add_argument(
+        "--precision",
+        default="bf16,fp16",
+        type=lambda text: ",".join(map(precision_name, text.split(","))),
+        help="comma-separated: bf16, fp16, fp32 (or bfloat16, ...)",
+    )
     parser.add_argument("--mode", default="fwd,bwd")
     parser.add_argument("--shapes", type=Path, default=VALIDATION_CSV)
     parser.add_argument(

@@ -22,6 +22,7 @@ import triton
 
 from helion_ops import configs, kernel, table
 from helion_ops.candidates import flattened
+from helion_ops.dtype_names import torch_name
 from helion_ops.tune import operands, parse_shape
 
 
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks.wave_split", description=description
     )
     parser.add_argument("--shape", type=parse_shape, action="append", required=True)
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument(
+        "--dtype", default="bfloat16", type=torch_name, choices=["bfloat16", "float16"]
+    )
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

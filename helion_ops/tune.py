@@ -61,6 +61,7 @@ from helion_ops.candidates import (
     SPLIT_CANDIDATES,
     flattened,
 )
+from helion_ops.dtype_names import torch_name
 from helion_ops.kernel import (
     _kernel_for,
     _run,
@@ -495,7 +496,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m helion_ops.tune", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument(
+        "--dtype", default="bfloat16", type=torch_name, choices=["bfloat16", "float16"]
+    )
     parser.add_argument(
         "--output",
         type=Path,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from helion_ops.dtype_names import tritonbench_name
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LAYOUTS = ("tt", "tn", "nt", "nn")
 
@@ -95,14 +97,20 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m helion_ops.warmup", description=__doc__.splitlines()[0]
     )
     parser.add_argument("shapes", type=Path, help="CSV with M, N, K columns")
-    parser.add_argument("--dtype", default="bf16", help="comma-separated: bf16, fp16, fp32")
-    parser.add_argument("--op", default="matmul,addmm", help="comma-separated: matmul, addmm")
+    parser.add_argument(
+        "--dtype", default="bf16", help="comma-separated: bf16, fp16, fp32 (or bfloat16, ...)"
+    )
+    parser.add_argument(
+        "--op", default="matmul,addmm", help="comma-separated: matmul (or gemm), addmm"
+    )
     parser.add_argument(
         "--layout", default="tt", help="comma-separated: tt, tn (tritonbench's default), nt, nn"
     )
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     args = parser.parse_args(argv)
-    dtypes, ops, layouts = args.dtype.split(","), args.op.split(","), args.layout.split(",")
+    dtypes = [tritonbench_name(name) for name in args.dtype.split(",")]
+    ops = ["matmul" if op == "gemm" else op for op in args.op.split(",")]
+    layouts = args.layout.split(",")
     choices = (("--dtype", dtypes, DTYPES), ("--op", ops, ("matmul", "addmm")))
     for name, given, allowed in (*choices, ("--layout", layouts, LAYOUTS)):
         unknown = [g for g in given if g not in allowed]

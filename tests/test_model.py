@@ -509,6 +509,11 @@ def test_tune_layout_flag_keeps_those_layouts_only(capsys):
     assert "--layout takes layouts such as" in capsys.readouterr().err
 
 
+def test_tune_takes_either_spelling_of_its_dtypes():
+    assert tune.parse_args(["--dtype", "bf16"]).dtype == "bfloat16"
+    assert tune.parse_args(["--dtype", "float16"]).dtype == "float16"
+
+
 def test_tune_leaves_the_keys_its_table_has(monkeypatch, tmp_path, capsys):
     """Past the GPU check (faked here): a key already in the output table is not timed again
     without --force."""

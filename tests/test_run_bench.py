@@ -95,6 +95,7 @@ def test_modes_from_lists_and_flags():
     assert parse_args(["--mode", "fwd,bwd"]).modes == ("fwd", "bwd")
     assert parse_args(["--fwd-bwd"]).modes == ("fwd_bwd",)
     assert parse_args(["--op", "addmm,gemm"]).ops == ("addmm", "gemm")
+    assert parse_args(["--precision", "bfloat16"]).precision == "bf16"  # torch's name too
 
 
 @pytest.mark.parametrize(("text", "shard"), [("0/2", (0, 2)), ("1/2", (1, 2)), ("0/1", (0, 1))])

@@ -199,7 +199,8 @@ def test_rounds_report_each_shapes_median(tmp_path):
     data = json.loads(inaccurate.read_text())
     data["rows"][1]["accuracy"] = 0.0  # helion's row of the first shape, third round
     inaccurate.write_text(json.dumps(data))
-    argv = ["--op", "gemm", "--precision", "bf16", "--mode", "bwd", "--rounds", "3"]
+    # torch's spelling of the dtype, as helion_ops.tune takes it: the same folders
+    argv = ["--op", "gemm", "--precision", "bfloat16", "--mode", "bwd", "--rounds", "3"]
     assert validate.main([*argv, "--summarize-only", "--output-dir", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "validation.json").read_text())["rows"]
     got = {r["shape"]: (r["speedup"], r["aten_ms"], r["accuracy"], r["rounds"]) for r in rows}

@@ -36,6 +36,18 @@ def test_every_layout_asked_for_is_warmed(tmp_path, monkeypatch):
     assert calls == [([(64, 48, 32)], ["bf16"], ["matmul"], 1, ("tt", "tn"))]
 
 
+def test_torch_s_dtype_names_and_gemm_are_taken(tmp_path, monkeypatch):
+    """The other commands' spellings: bfloat16 (tune's), gemm (run_bench's)."""
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("M,N,K\n8,8,8\n")
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(warmup, "warm", lambda *args: calls.append(args))
+    argv = [str(shapes), "--dtype", "bfloat16,fp16", "--op", "gemm,addmm", "--jobs", "1"]
+    assert warmup.main(argv) == 0
+    assert calls == [([(8, 8, 8)], ["bf16", "fp16"], ["matmul", "addmm"], 1, ("tt",))]
+
+
 @pytest.mark.parametrize(
     ("flag", "value"), [("--layout", "tx"), ("--dtype", "int8"), ("--op", "bmm")]
 )
