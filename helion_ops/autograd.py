@@ -197,6 +197,26 @@ def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tens
     return _function_apply.__get__(None, function)(*args)
 
 
+def _autocast(mat1: object, *operands: object) -> tuple[Any, ...]:
+    """The operands as ``torch.autocast`` hands them to torch.mm and torch.addmm, where it is
+    on for mat1's device type: each floating tensor but a float64 one in its dtype.
+
+    The copies are differentiable: gradients reach the operands in their own dtype. (torch
+    keeps its copies of leaf weights for the autocast region; these are made each call.)
+    """
+    if not isinstance(mat1, torch.Tensor) or not torch.is_autocast_enabled(mat1.device.type):
+        return operands
+    dtype = torch.get_autocast_dtype(mat1.device.type)
+    return tuple(
+        t.to(dtype)
+        if isinstance(t, torch.Tensor)
+        and t.is_floating_point()
+        and t.dtype not in (dtype, torch.float64)
+        else t
+        for t in operands
+    )
+
+
 def _records_a_graph(*args: object) -> bool:
     """Whether autograd would record this call; where not, the Function is skipped."""
     if torch.is_grad_enabled():
@@ -214,8 +234,10 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
         mat2: [k, n] tensor of mat1's dtype and device; transposed views are fine.
 
     Returns:
-        [m, n] tensor of mat1's dtype.
+        [m, n] tensor of mat1's dtype (under ``torch.autocast``, of its dtype, as torch.mm).
     """
+    if torch._C._is_any_autocast_enabled():
+        mat1, mat2 = _autocast(mat1, mat1, mat2)
     if torch.compiler.is_compiling():
         return ops.mm(mat1, mat2, check=check_matmul_args)  # the custom op, checked first
     fast = native.module
@@ -263,8 +285,10 @@ def addmm(
         beta: scale of the bias; 0 ignores the bias entirely, NaN included.
 
     Returns:
-        [m, n] tensor of mat1's dtype.
+        [m, n] tensor of mat1's dtype (under ``torch.autocast``, of its dtype, as torch.addmm).
     """
+    if torch._C._is_any_autocast_enabled():
+        bias, mat1, mat2 = _autocast(mat1, bias, mat1, mat2)
     if torch.compiler.is_compiling():
         check_scalars(alpha, beta)
         return ops.addmm(bias, mat1, mat2, float(alpha), float(beta), check_addmm_args)

@@ -253,3 +253,54 @@ def test_scales_of_zero_in_tangents_are_torchs(alpha, beta):
     assert (ours.isnan() == theirs.isnan()).all()
     assert ours.isnan().any()
     torch.testing.assert_close(ours, theirs, equal_nan=True)
+
+
+def autocast(fn, dtype: torch.dtype = torch.float16):
+    """``fn`` called under ``torch.autocast`` on the tests' device."""
+
+    def call(*args: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(DEVICE, dtype=dtype):
+            return fn(*args)
+
+    return call
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32,) * 2, (torch.float16, torch.float32)], ids=str)
+def test_matmul_under_autocast_is_torchs(dtypes):
+    """torch.mm's policy: every floating operand in autocast's dtype (before: fp32 in, fp32
+    out, and a mixed pair refused); gradients in the operands' own dtypes."""
+    a, b = fresh(M, K, dtype=dtypes[0]), fresh(K, N, dtype=dtypes[1])
+    for _ in range(2):  # the second call of a key takes the fast path
+        check_fwd_bwd(autocast(helion_ops.matmul), autocast(torch.matmul), [a, b], ["mat1", "mat2"])
+    assert autocast(helion_ops.matmul)(a, b).dtype == torch.float16
+    with torch.no_grad():
+        assert autocast(helion_ops.matmul)(a, b).dtype == torch.float16
+
+
+@pytest.mark.parametrize("bias_shape", [(M, N), (N,), ()], ids=str)
+def test_addmm_under_autocast_is_torchs(bias_shape):
+    bias = fresh(*bias_shape, dtype=torch.float32)
+    a, b = fresh(M, K, dtype=torch.float16), fresh(K, N, dtype=torch.float32)
+    check_fwd_bwd(
+        autocast(lambda *t: helion_ops.addmm(*t, alpha=0.5, beta=-2.0)),
+        autocast(lambda *t: torch.addmm(*t, alpha=0.5, beta=-2.0)),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+        lambda *t: torch.addmm(*t, alpha=0.5, beta=2.0),
+    )
+
+
+def test_autocast_under_torch_compile():
+    a, b = fresh(M, K, dtype=torch.float32), fresh(K, N, dtype=torch.float32)
+    bias = fresh(K, dtype=torch.float32)
+    compiled = torch.compile(
+        lambda *t: helion_ops.addmm(t[0], helion_ops.matmul(t[1], t[2]), t[2].T),
+        backend="aot_eager",
+        fullgraph=True,
+    )
+    check_fwd_bwd(
+        autocast(compiled),
+        autocast(lambda *t: torch.addmm(t[0], torch.matmul(t[1], t[2]), t[2].T)),
+        [bias, a, b],
+        ["bias", "mat1", "mat2"],
+    )
