@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                 has_tolerance_flags=has_tolerance_flags(),
                 addmm_sizes_need_bias_1d=addmm_sizes_need_bias_1d(),
             )
-            for job in jobs:
-                unknown = unknown_names(job.op, job.argv)
+            prefixes = "--only-match-mode" in options.passthrough
+            for op in dict.fromkeys(job.op for job in jobs):
+                unknown = unknown_names(op, None if prefixes else options.only, options.metrics)
                 if unknown:
                     raise ValueError(unknown)
         _make_output_dir(options.output_dir)

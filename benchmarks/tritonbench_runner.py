@@ -153,17 +153,21 @@ def count_inputs(argv: Sequence[str]) -> int:
     return sum(1 for _ in operator.get_input_iter())
 
 
-def unknown_names(op: str, argv: Sequence[str]) -> str | None:
-    """What of a job's ``--only`` and ``--metrics`` tritonbench's operator does not know.
+def unknown_names(op: str, only: str | None, metrics: str | None) -> str | None:
+    """What of ``--only`` and ``--metrics``, as the user gave them, tritonbench's operator
+    does not know.
 
-    tritonbench drops an unknown metric without a word and fails an unknown backend only
+    tritonbench drops an unknown metric as an empty column and fails an unknown backend only
     mid-run; this names them before anything runs. Read from tritonbench's registries, filled
     when ``helion_ops.tritonbench_plugin.register`` imported the operator; no check where a
-    version lacks them, or where ``--only-match-mode`` makes ``--only`` prefixes.
+    version lacks them. (The suite's own defaults are not checked: a backend a later
+    tritonbench renames gets an error cell, as before, and the rest still runs.)
 
     Args:
-        op: the job's operator.
-        argv: the job's tritonbench arguments, with ``--only`` and ``--metrics``.
+        op: the operator.
+        only: the user's ``--only`` (None: not given, or given as prefixes with
+            ``--only-match-mode``).
+        metrics: the user's ``--metrics``, or None.
 
     Returns:
         A message naming the flag, the unknown names and the known ones; None if all are known.
@@ -172,23 +176,24 @@ def unknown_names(op: str, argv: Sequence[str]) -> str | None:
         from tritonbench.utils import triton_op
     except ImportError:
         return None
-    backends = getattr(triton_op, "REGISTERED_BENCHMARKS", {}).get(op)
     builtin = getattr(triton_op, "BUILTIN_METRICS", None)
-    known = {"--only": backends, "--metrics": None}
-    if builtin is not None:
-        known["--metrics"] = set(builtin) | set(
-            getattr(triton_op, "REGISTERED_METRICS", {}).get(op, ())
-        )
-    if "--only-match-mode" in argv:
-        known["--only"] = None
-    for flag, names in known.items():
-        if names is None or flag not in argv:
+    known = {
+        "--only": (only, getattr(triton_op, "REGISTERED_BENCHMARKS", {}).get(op), "backend"),
+        "--metrics": (
+            metrics,
+            None
+            if builtin is None
+            else {*builtin, *getattr(triton_op, "REGISTERED_METRICS", {}).get(op, ())},
+            "metric",
+        ),
+    }
+    for flag, (given, names, kind) in known.items():
+        if given is None or names is None:
             continue
-        given = argv[list(argv).index(flag) + 1].split(",")
-        unknown = [name for name in given if name.strip() not in names]
+        unknown = [name for name in given.split(",") if name.strip() not in names]
         if unknown:
             return (
-                f"{flag} {','.join(unknown)}: tritonbench's {op} has no such "
-                f"{'backend' if flag == '--only' else 'metric'}; it has {', '.join(sorted(names))}"
+                f"{flag} {','.join(unknown)}: tritonbench's {op} has no such {kind}; "
+                f"it has {', '.join(sorted(names))}"
             )
     return None

@@ -400,23 +400,23 @@ def fake_registries(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("only", "metrics", "message"),
     [
-        (["--only", "aten_matmul,helion_matmul_tritonbench", "--metrics", "latency,gbps"], None),
+        ("aten_matmul,helion_matmul_tritonbench", "latency,gbps", None),
         (
-            ["--only", "aten,helion_matmul_tritonbench"],
+            "aten,helion_matmul_tritonbench",
+            None,
             "--only aten: tritonbench's gemm has no such backend",
         ),
-        (["--metrics", "latency,gpbs"], "--metrics gpbs: tritonbench's gemm has no such metric"),
-        (["--only", "aten", "--only-match-mode", "prefix-with-baseline"], None),
+        (None, "latency,gpbs", "--metrics gpbs: tritonbench's gemm has no such metric"),
     ],
 )
-def test_names_tritonbench_would_drop_or_fail_on_are_found(monkeypatch, argv, message):
+def test_names_tritonbench_would_drop_or_fail_on_are_found(monkeypatch, only, metrics, message):
     fake_registries(monkeypatch)
-    unknown = unknown_names("gemm", argv)
+    unknown = unknown_names("gemm", only, metrics)
     assert unknown == message if message is None else unknown.startswith(message)
     if message:
-        assert "aten_matmul" in unknown if "--only" in message else "gbps" in unknown
+        assert "aten_matmul" in unknown if only else "gbps" in unknown
 
 
 def test_main_refuses_names_tritonbench_does_not_know(monkeypatch, capsys, tmp_path):
