@@ -165,3 +165,46 @@ def test_a_launch_seen_before_skips_only_the_checks_it_passed(monkeypatch):
         helion_ops.addmm(bias.to("meta"), a, b)
     with pytest.raises(TypeError, match="alpha must be a real number"):
         helion_ops.addmm(bias, a, b, alpha=torch.tensor(2.0))
+
+
+@pytest.mark.parametrize(
+    "op,which",
+    [("mm", "mat1"), ("mm", "mat2"), ("addmm", "bias"), ("addmm", "mat1"), ("addmm", "mat2")],
+)
+def test_a_seen_launch_with_any_one_tensor_of_another_dtype_is_checked(op, which):
+    """After a launch of fp16 operands, the same call with any one of its tensors in fp32
+    (every size, stride and alignment unchanged) misses the fast path and fails the check."""
+    fp16 = torch.float16
+    a, b, bias = t(4, 3, dtype=fp16), t(3, 5, dtype=fp16), t(5, dtype=fp16)
+    kernel.reset()
+    args = {"bias": bias, "mat1": a, "mat2": b}
+    for _ in range(2):  # the second call takes the fast path
+        helion_ops.matmul(a, b) if op == "mm" else helion_ops.addmm(bias, a, b)
+    args[which] = args[which].float()
+    message = "bias must have the dtype of mat1" if which == "bias" else "same dtype"
+    if op == "addmm" and which == "mat1":
+        message = "bias must have the dtype of mat1|same dtype"
+    with pytest.raises(TypeError, match=message):
+        if op == "mm":
+            helion_ops.matmul(args["mat1"], args["mat2"])
+        else:
+            helion_ops.addmm(args["bias"], args["mat1"], args["mat2"])
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast checks", "full checks"])
+def test_the_checks_take_every_broadcastable_bias_and_no_other(fast, monkeypatch):
+    """Both the one-expression check and the full checks (reached where a scale is a real
+    number of another type, such as a numpy scalar or a Fraction) accept exactly the biases
+    torch broadcasts to the output [m, n], with m, n and k all different."""
+    from fractions import Fraction
+
+    from helion_ops import checks
+
+    monkeypatch.setattr(checks, "_fast_device", lambda t: True)
+    a, b = t(4, 3), t(3, 5)
+    alpha = 2.0 if fast else Fraction(1, 2)
+    for bias in (t(5), t(1, 5), t(4, 1), t(4, 5), t(1), t(), t(1, 1)):
+        checks.check_addmm_args(bias, a, b, alpha, 0.5)
+    for bias in (t(4), t(3), t(5, 4), t(4, 3), t(3, 5), t(1, 4), t(5, 1), t(2), t(1, 4, 5)):
+        with pytest.raises(ValueError, match=r"bias of shape .* is not broadcastable"):
+            checks.check_addmm_args(bias, a, b, alpha, 0.5)

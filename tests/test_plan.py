@@ -512,3 +512,74 @@ def test_a_pair_decided_against_goes_straight_to_two_launches(monkeypatch):
     assert_matches("second", two, -3 * a.T @ g, -3 * a.T.double() @ g.double())
     zero_one, _ = launch_mm_pair(g, b.T, a.T, g, 0.0)  # alpha 0 never reads the products
     assert torch.equal(zero_one, torch.zeros_like(one))
+
+
+@dtypes
+@pytest.mark.parametrize("layout", ["expanded", "column-major"])
+def test_a_bias_of_the_same_shape_and_other_strides_never_reuses_a_plan(layout, dtype):
+    """Two [m, n] biases of one shape, dtype and alignment whose strides differ (a row
+    expanded down the rows, a transposed copy): each call gets its own bias's values, also
+    the repeated ones on the fast path."""
+    a, b = rand(37, 29, dtype=dtype), rand(29, 23, dtype=dtype)
+    first = rand(37, 23, dtype=dtype)
+    other = {
+        "expanded": rand(23, dtype=dtype).expand(37, 23),
+        "column-major": rand(23, 37, dtype=dtype).T,
+    }[layout]
+    assert first.shape == other.shape and first.stride() != other.stride()
+    for name, bias in (("contiguous bias", first), (f"{layout} bias", other)) * 2:
+        for alpha, beta in ((1.0, 1.0), (2.0, -0.5)):
+            out = launch_addmm(bias, a, b, alpha, beta)
+            want = torch.addmm(bias.double(), a.double(), b.double(), beta=beta, alpha=alpha)
+            theirs = torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+            assert_matches(f"{name}, alpha {alpha}, beta {beta}", out, theirs, want)
+
+
+def test_epilogues_capture_scales_as_floats():
+    """An int scale reaches the kernel as a Python float (the backward passes ctx.alpha as
+    the caller gave it): Triton compiles an int argument by its value (1 as a constant, a
+    32- or 64-bit type), and a plan launches later values into that first compilation."""
+    bias = rand(24)
+    for alpha, beta in ((3, 2), (-2, 7), (2**40, -(2**40)), (0, 5)):
+        epilogues = (kernel.scaled(alpha), kernel.scaled_plus_bias(alpha, beta, bias))
+        values = [c.cell_contents for e in epilogues for c in e.__closure__ or ()]
+        scales = [v for v in values if not isinstance(v, torch.Tensor)]
+        assert scales and all(type(v) is float for v in scales), (alpha, beta, values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_zero_scales_never_take_the_plan_of_other_scales(dtype):
+    """alpha == 0 never reads the product and beta == 0 never reads the bias (NaN included),
+    also where an earlier call of the same operands with scales other than 1 (the same
+    fast-path key: scales of 0 are not 1) left a plan on the fast path."""
+    a, b, bias = rand(37, 29, dtype=dtype), rand(29, 23, dtype=dtype), rand(23, dtype=dtype)
+    nan_a, nan_bias = torch.full_like(a, float("nan")), torch.full_like(bias, float("nan"))
+    for _ in range(2):  # the second call of each key takes the fast path
+        check_mm("mm, alpha 2", a, b, 2.0)
+        out = launch_addmm(bias, a, b, 2.0, 0.5)
+        want = torch.addmm(bias.double(), a.double(), b.double(), beta=0.5, alpha=2.0)
+        assert_matches("addmm", out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0), want)
+    assert torch.equal(launch_mm(nan_a, b, 0.0), torch.zeros(37, 23, dtype=dtype))
+    out = launch_addmm(nan_bias, a, b, 2.0, 0.0)
+    want = 2.0 * (a.double() @ b.double())
+    assert_matches("addmm, beta 0", out, 2.0 * (a @ b), want)
+    out = launch_addmm(bias, nan_a, b, 0.0, 0.5)
+    assert torch.equal(out, (0.5 * bias.float()).to(dtype).expand(37, 23))
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_a_pair_with_one_operand_of_another_layout_never_reuses_a_plan(which):
+    """The backward's pair (grad_out @ b.T, a.T @ grad_out) of fp16 operands, then the same
+    with one of its four operands in the other layout (same shape, dtype and alignment),
+    each call twice (the second on the fast path): each gets its own operands' values."""
+    a, b, g = (t.half() for t in (rand(40, 32), rand(32, 24), rand(40, 24)))
+    first = [g, b.T, a.T, g]
+    other = list(first)
+    x = other[which]
+    other[which] = x.T.contiguous().T if x.is_contiguous() else x.contiguous()
+    assert other[which].shape == x.shape and other[which].stride() != x.stride()
+    for name, operands in (("first", first), (f"operand {which} relaid", other)) * 2:
+        one, two = launch_mm_pair(*operands, 1.5)
+        x1, y1, x2, y2 = operands
+        assert_matches(f"{name}, first", one, 1.5 * x1 @ y1, 1.5 * x1.double() @ y1.double())
+        assert_matches(f"{name}, second", two, 1.5 * x2 @ y2, 1.5 * x2.double() @ y2.double())

@@ -176,3 +176,25 @@ def test_masks_vectorize_reads_every_contiguous_dimension():
     assert not loads.masks_vectorize(torch.empty(64, 601, **bf16), torch.empty(601, 64, **bf16))
     fp32 = torch.empty(64, 604)  # K of 2416 bytes, a whole number of 16 in fp32
     assert loads.masks_vectorize(fp32, fp32.T)
+
+
+def test_staged_keeps_every_product_where_only_some_are_staged(monkeypatch):
+    """Products not worth staging come back as they are, in their places."""
+    monkeypatch.setattr(staging, "worth_staging", lambda a, b: not loads.tma_aligned(a, b))
+    a, b = torch.randn(48, 64), torch.randn(64, 32)  # aligned
+    u, v = torch.randn(48, 37), torch.randn(37, 32)  # unaligned rows of 37
+    for products in ([(a, b), (u, v)], [(u, v), (a, b)]):
+        out = staging.staged(products)
+        assert len(out) == 2
+        for (x, y), (x0, y0) in zip(out, products, strict=True):
+            assert torch.equal(x, x0) and torch.equal(y, y0) and loads.tma_aligned(x, y)
+            assert (x is x0 and y is y0) == (x0 is a)  # only the unaligned product copied
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)
+def test_staged_backward_where_one_product_is_aligned(always_stage, dtype_mode):
+    """mat1 [45, 37] (rows of 37: mat1.T @ grad_out unaligned), mat2 [37, 64] and grad_out
+    [45, 64] aligned: the backward's pair stages its second product only."""
+    a, b = make((45, 37), dtype_mode), make((37, 64), dtype_mode)
+    check_matmul(a, b)
+    assert (45, 37) in always_stage and (45, 64) not in always_stage

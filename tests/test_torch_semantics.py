@@ -304,3 +304,18 @@ def test_autocast_under_torch_compile():
         [bias, a, b],
         ["bias", "mat1", "mat2"],
     )
+
+
+def test_autocast_leaves_float64_operands_as_torch_does():
+    """torch.autocast casts no float64 tensor: torch.mm keeps computing in float64, and
+    helion_ops, which takes no float64, refuses it as it does outside autocast (rather than
+    computing it in fp16), also beside an fp32 operand (which autocast casts)."""
+    f64 = torch.float64
+    a, b, bias = fresh(M, K, dtype=f64), fresh(K, N, dtype=f64), fresh(N, dtype=f64)
+    assert autocast(torch.matmul)(a, b).dtype == f64
+    with pytest.raises(TypeError, match=r"mat1 has unsupported dtype torch\.float64"):
+        autocast(helion_ops.matmul)(a, b)
+    with pytest.raises(TypeError, match=r"unsupported dtype torch\.float64"):
+        autocast(helion_ops.addmm)(bias, a, b)
+    with pytest.raises(TypeError, match=r"mat1 has unsupported dtype torch\.float64"):
+        autocast(helion_ops.matmul)(a, fresh(K, N, dtype=torch.float32))
