@@ -176,18 +176,12 @@ def unknown_names(op: str, only: str | None, metrics: str | None) -> str | None:
         from tritonbench.utils import triton_op
     except ImportError:
         return None
+    checks = [("--only", only, "backend", getattr(triton_op, "REGISTERED_BENCHMARKS", {}).get(op))]
     builtin = getattr(triton_op, "BUILTIN_METRICS", None)
-    known = {
-        "--only": (only, getattr(triton_op, "REGISTERED_BENCHMARKS", {}).get(op), "backend"),
-        "--metrics": (
-            metrics,
-            None
-            if builtin is None
-            else {*builtin, *getattr(triton_op, "REGISTERED_METRICS", {}).get(op, ())},
-            "metric",
-        ),
-    }
-    for flag, (given, names, kind) in known.items():
+    if builtin is not None:
+        custom = getattr(triton_op, "REGISTERED_METRICS", {}).get(op, ())
+        checks.append(("--metrics", metrics, "metric", {*builtin, *custom}))
+    for flag, given, kind, names in checks:
         if given is None or names is None:
             continue
         unknown = [name for name in given.split(",") if name.strip() not in names]

@@ -199,7 +199,7 @@ def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tens
 
 def _autocast(mat1: object, *operands: object) -> tuple[Any, ...]:
     """The operands as ``torch.autocast`` hands them to torch.mm and torch.addmm, where it is
-    on for mat1's device type: each floating tensor but a float64 one in its dtype.
+    on for mat1's device type: each floating tensor but a float64 one in autocast's dtype.
 
     The copies are differentiable: gradients reach the operands in their own dtype. (torch
     keeps its copies of leaf weights for the autocast region; these are made each call.)
