@@ -25,27 +25,29 @@ def test_operands_take_tritonbench_layouts(layout, a_strides, b_strides):
     assert a.dtype == b.dtype == torch.float16
 
 
-def test_every_layout_asked_for_is_warmed(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("flags", "warmed"),
+    [
+        (
+            ["--dtype", "bf16", "--op", "matmul", "--layout", "tt,tn"],
+            (["bf16"], ["matmul"], ("tt", "tn")),
+        ),
+        # the other commands' spellings: bfloat16 (tune's), gemm (run_bench's)
+        (
+            ["--dtype", "bfloat16,fp16", "--op", "gemm,addmm"],
+            (["bf16", "fp16"], ["matmul", "addmm"], ("tt",)),
+        ),
+    ],
+)
+def test_every_dtype_op_and_layout_asked_for_is_warmed(flags, warmed, tmp_path, monkeypatch):
     shapes = tmp_path / "shapes.csv"
     shapes.write_text("M,N,K,Bias\n64,48,32,\n")
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(warmup, "warm", lambda *args: calls.append(args))
-    argv = [str(shapes), "--dtype", "bf16", "--op", "matmul", "--layout", "tt,tn", "--jobs", "1"]
-    assert warmup.main(argv) == 0
-    assert calls == [([(64, 48, 32)], ["bf16"], ["matmul"], 1, ("tt", "tn"))]
-
-
-def test_torch_s_dtype_names_and_gemm_are_taken(tmp_path, monkeypatch):
-    """The other commands' spellings: bfloat16 (tune's), gemm (run_bench's)."""
-    shapes = tmp_path / "shapes.csv"
-    shapes.write_text("M,N,K\n8,8,8\n")
-    calls = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(warmup, "warm", lambda *args: calls.append(args))
-    argv = [str(shapes), "--dtype", "bfloat16,fp16", "--op", "gemm,addmm", "--jobs", "1"]
-    assert warmup.main(argv) == 0
-    assert calls == [([(8, 8, 8)], ["bf16", "fp16"], ["matmul", "addmm"], 1, ("tt",))]
+    assert warmup.main([str(shapes), *flags, "--jobs", "1"]) == 0
+    dtypes, ops, layouts = warmed
+    assert calls == [([(64, 48, 32)], dtypes, ops, 1, layouts)]
 
 
 @pytest.mark.parametrize(
