@@ -64,13 +64,13 @@ def masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def tensor_descriptors_only(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the model chooses for ``a @ b`` among tensor-descriptor candidates only: where
-    pointer loads' masks do not vectorize (``masks_vectorize``), but for operands whose rows
-    start on 4 or 8 bytes, not 16 (``row_bytes``). Their factors were measured on each
-    candidate as it runs on them, pointers and masks included, and rows of 8 bytes favour
-    pointer tiles (H200, bf16, call 299: 1100^3 on 128x128x64 pointer tiles 13-16 us, on
-    128x256x64 tensor-descriptor ones, loading by pointer there, 20-21; call 300, NOTES
-    129). Rows of 2 bytes keep the rule: their choice was not measured without it."""
-    return not masks_vectorize(a, b) and row_bytes(a, b) in (a.element_size(), 16)
+    pointer loads' masks do not vectorize (``masks_vectorize``) on rows that start on 16
+    bytes (``row_bytes``). Rows off 16 bytes choose among every candidate: their factors were
+    measured on each candidate as it runs on them, pointers and masks included, and such rows
+    favour pointer tiles (H200, bf16: rows of 8 bytes, call 299, 1100^3 on 128x128x64 pointer
+    tiles 13-16 us, on 128x256x64 tensor-descriptor ones, loading by pointer there, 20-21,
+    NOTES 129; rows of 2 bytes, call 310, six unstaged products 1.4-5.9x faster, NOTES 131)."""
+    return not masks_vectorize(a, b) and row_bytes(a, b) == 16
 
 
 def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]:
