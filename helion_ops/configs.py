@@ -21,14 +21,16 @@ transposed operand gets its own entry. The answer, in order:
    kernel the model's choice where it predicts one launch faster than two (``model_pair``),
    else ``pair_rule``; a product of a few rows (``narrow_tiles.few_rows``: thin, of at most 32
    rows and a long K, or its weight off 16 bytes) narrow tiles of its own
-   (``narrow_tiles.few_rows_config``); a flattened candidate with a K loop of 8 to 16 steps
+   (``narrow_tiles.few_rows_config``), and so does a product of a few columns, transposed
+   (``narrow_tiles.few_columns``); a flattened candidate with a K loop of 8 to 16 steps
    runs as many pipeline stages as shared memory holds, beside a bias tile too
    (``pipelines.deepened``), and so does a flat one of a product bound by memory bandwidth,
    split-K's too (``pipelines.streaming``); a product of 65 to 128 rows and a long K takes
    the tile and split over K that give it the most programs of one wave
    (``long_k.one_wave_stream``). fp32 (and GPUs without a model) get Helion's built-in
    heuristic default.
-   The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32) computes
+   The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32, or a few
+   columns) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
 4. On the CPU (``TRITON_INTERPRET=1``), a flat grid of blocks of at most 64 (and K split in 4
    for the split-K kernel): the interpreter is slow with small blocks and cannot run
@@ -70,7 +72,7 @@ from helion_ops.model import (
     split_of,
     tail_split,
 )
-from helion_ops.narrow_tiles import few_rows, few_rows_config
+from helion_ops.narrow_tiles import few_columns, few_rows, few_rows_config
 from helion_ops.pipelines import deepened, fit_for_bias, streaming
 from helion_ops.table import (
     TableKey,
@@ -155,7 +157,8 @@ def choose_config(
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
         return streaming(split_rule(*mnks[0], sm_count(device)), dtype.itemsize, *mnks[0])
     a, b = operands
-    if few_rows(a, b) and not transposed:  # (a few rows' product never runs transposed)
+    # (A few rows' product never runs transposed; a few columns' runs transposed as one.)
+    if few_columns(b.T, a.T) if transposed else few_rows(a, b):
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), tensor_descriptors_only(a, b)
     break_ties = epilogue != "bias"
@@ -350,17 +353,22 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     the dot's first operand): fp16 or bf16, ``b`` contiguous along N with rows on 16 bytes but
     not on 32 (N of 1000, 3000, 5000), ``a`` contiguous along K, or along M with columns on
     128-byte lines (the backward's ``mat1.T @ grad_out``), not ``few_rows``, no exact table
-    entry, and a long K or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``).
-    An entry for the product and its ``epilogue`` ("plain" or "bias") runs it plain:
-    ``python -m helion_ops.tune`` writes one only where that beats the transposed kernel.
+    entry, and a long K or few output tiles (``TRANSPOSED_MIN_K``, ``TRANSPOSED_MAX_WAVES``);
+    or, whatever the layouts, a product of a few columns (``narrow_tiles.few_columns``), with
+    no exact table entry. An entry for the product and its ``epilogue`` ("plain" or "bias")
+    runs it plain: ``python -m helion_ops.tune`` writes one only where that beats the
+    transposed kernel.
     On the H200 (bf16, NOTES 59) such rows cost the plain kernel 10-40% as b's and little as the
     first operand's: 992x1000x992 took 7.1 us transposed against 9.7 (aten 6.9), 768x3000x768 11.5
     against 14.4, 4096x3000x4096 161 against 172; aligned rows ran the same either way. With ``a``
     contiguous along M, a's columns become the second operand's rows: off lines (4000 or 2000 bytes)
     they took back the gain (NOTES 61)."""
-    if a.dtype not in (torch.float16, torch.bfloat16) or b.stride(1) != 1:
+    if a.dtype not in (torch.float16, torch.bfloat16):
         return False
-    if b.stride(0) * b.element_size() % 32 != 16:
+    table = tuned_table(gpu_arch(a.device)) if a.is_cuda else {}
+    if few_columns(a, b):
+        return table_config(table, config_key(a, b), epilogue) is None
+    if b.stride(1) != 1 or b.stride(0) * b.element_size() % 32 != 16:
         return False
     along_k = a.stride(1) == 1
     along_m_on_lines = a.stride(0) == 1 and a.stride(1) * a.element_size() % LINE_BYTES == 0
@@ -374,7 +382,6 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     tiles = math.ceil(m / 128) * math.ceil(n / 128)
     if k < TRANSPOSED_MIN_K and tiles > TRANSPOSED_MAX_WAVES * sm_count(a.device):
         return False
-    table = tuned_table(gpu_arch(a.device))
     return table_config(table, config_key(a, b), epilogue) is None
 
 

@@ -117,6 +117,28 @@ def test_autotuning_is_opt_in(monkeypatch):
     assert configs.select_config(bound_for(a, b), (a, b)) is sentinel
 
 
+def test_few_columns_products():
+    """Products of at most 8 columns over at least 4096 rows whose narrow tiles, transposed,
+    pay as a thin product's would, both operands loadable by tensor descriptors; fp16 and
+    bf16 only. They run on the transposed kernel whatever the layouts."""
+    for dtype in (torch.float16, torch.bfloat16):
+        router = torch.empty(4096, 256, dtype=dtype), torch.empty(256, 8, dtype=dtype)
+        head = torch.empty(4096, 256, dtype=dtype), torch.empty(256, 1, dtype=dtype)
+        assert narrow_tiles.few_columns(*router) and narrow_tiles.few_columns(*head)
+        assert narrow_tiles.few_columns(router[0], torch.empty(8, 256, dtype=dtype).T)
+        assert narrow_tiles.few_columns(torch.empty(256, 4096, dtype=dtype).T, router[1])
+        assert configs.transposed_pays(*head) and configs.transposed_pays(*router)
+        assert not narrow_tiles.few_columns(router[0][:4095], router[1])  # rows
+        assert not narrow_tiles.few_columns(router[0], torch.empty(256, 9, dtype=dtype))
+        assert not narrow_tiles.few_columns(router[0], torch.empty(256, 4, dtype=dtype))  # 8 bytes
+        assert narrow_tiles.few_columns(router[0], torch.empty(4, 256, dtype=dtype).T)
+        long_k = torch.empty(4096, 8192, dtype=dtype), torch.empty(8192, 8, dtype=dtype)
+        assert not narrow_tiles.narrow_tiles_pay(8, 4096, 8192, dtype.itemsize)
+        assert not narrow_tiles.few_columns(*long_k)  # a thin product would split over K
+    fp32 = torch.empty(4096, 256), torch.empty(256, 1)
+    assert not narrow_tiles.few_columns(*fp32) and not configs.transposed_pays(*fp32)
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")
 def test_generated_triton_code_has_a_dot():
     a, b = torch.randn(64, 64), torch.randn(64, 64)

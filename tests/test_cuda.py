@@ -533,6 +533,32 @@ def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, 
     check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
 
 
+@pytest.mark.parametrize(
+    "m,k,n,transposed",
+    [(16384, 4096, 1, False), (6144, 5120, 8, False), (12288, 4096, 4, True)],
+    ids=str,
+)
+def test_a_few_columns_product_runs_transposed_on_narrow_tiles(monkeypatch, m, k, n, transposed):
+    """A router's or a value head's product (``narrow_tiles.few_columns``) runs the transposed
+    kernel on the narrow tiles of its transposed product; forward and backward against
+    float64, with a bias too."""
+    from test_ops import launches
+
+    kernel.reset()
+    launched = launches(monkeypatch)
+    a = make((m, k), torch.bfloat16)
+    b = make((k, n), torch.bfloat16, transposed=transposed)
+    x, y = a.detach(), b.detach()
+    assert narrow_tiles.few_columns(x, y) and configs.transposed_pays(x, y)
+    bound = kernel.transposed_kernel.bind((x, y, kernel.scaled(1.0)))
+    assert configs.choose_config(bound, x, y) == narrow_tiles.few_rows_config(n, m, True)
+    check_matmul(a, b)
+    assert launched[0] is kernel.transposed_kernel
+    launched.clear()
+    check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
+    assert launched[0] is kernel.transposed_kernel
+
+
 def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):
     """Where ``split_rule`` would cut K in one piece (2048x2048 outputs: 128 tiles of 128x256
     already fill a wave), the product runs the plain kernel, without the fp32 sums and cast;

@@ -222,6 +222,26 @@ def test_rows_on_16_bytes_run_transposed(dtype_mode, bias_shape, monkeypatch):
     assert kernel.transposed_kernel not in launched[1:]
 
 
+# A product of a few columns (``narrow_tiles.few_columns``: a router of 8 experts, a value head
+# of one output) runs transposed on a few rows' tiles whatever its layouts; one output's b has
+# rows of 2 bytes, which the transposed kernel otherwise never takes.
+@pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
+@pytest.mark.parametrize(
+    "n, b_transposed, bias_shape",
+    [(1, False, None), (1, True, (4096, 1)), (8, False, (8,)), (8, True, None)],
+    ids=str,
+)
+def test_few_columns_run_transposed(dtype_mode, n, b_transposed, bias_shape, monkeypatch):
+    launched = launches(monkeypatch)
+    a, b = make((4096, 96), dtype_mode), make((96, n), dtype_mode, transposed=b_transposed)
+    assert narrow_tiles.few_columns(a.detach(), b.detach())
+    if bias_shape is None:
+        check_matmul(a, b)
+    else:
+        check_addmm(make(bias_shape, dtype_mode), a, b, alpha=0.75, beta=-2.0)
+    assert launched[0] is kernel.transposed_kernel
+
+
 @pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
 def test_the_backwards_mat1_grad_runs_transposed_where_mat1s_rows_lie_on_lines(
     dtype_mode, monkeypatch
