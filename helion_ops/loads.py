@@ -69,7 +69,8 @@ def tensor_descriptors_only(a: torch.Tensor, b: torch.Tensor) -> bool:
     measured on each candidate as it runs on them, pointers and masks included, and such rows
     favour pointer tiles (H200, bf16: rows of 8 bytes, call 299, 1100^3 on 128x128x64 pointer
     tiles 13-16 us, on 128x256x64 tensor-descriptor ones, loading by pointer there, 20-21,
-    NOTES 129; rows of 2 bytes, call 310, six unstaged products 1.4-5.9x faster, NOTES 131)."""
+    NOTES 129; rows of 2 bytes, calls 310-311, six unstaged products 1.35-5.9x faster, NOTES
+    131)."""
     return not masks_vectorize(a, b) and row_bytes(a, b) == 16
 
 

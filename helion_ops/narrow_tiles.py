@@ -94,7 +94,7 @@ def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
 # product): reading ``a`` is all their time, and the model's tiles, 32 columns and wider, leave
 # most of each tile idle. On the H200 (bf16, under CUDA graphs, call 312, NOTES 132):
 # 20480x1x2048 29.1 us -> 22.7 (aten 23.1), 6144x8x5120 27.0 -> 22.8 (21.2); from 16 columns the
-# model's tiles ran 1.04-1.46x faster than these (3072x16x8192 17.7 us against 22.6,
+# model's tiles ran 1.20-1.46x faster than these (3072x16x8192 17.7 us against 22.6,
 # 12288x32x3072 23.2 against 29.7, 10240x64x2560 16.3 against 23.7). FEW_COLUMNS_ROWS: 128
 # programs of 32 columns, about a wave.
 FEW_COLUMNS = 8
@@ -104,8 +104,8 @@ FEW_COLUMNS_ROWS = 4096
 def few_columns(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` runs transposed on a few rows' narrow tiles (``FEW_COLUMNS``): fp16
     or bf16, at most ``FEW_COLUMNS`` columns, at least ``FEW_COLUMNS_ROWS`` rows, both
-    operands loadable by tensor descriptors (the tiles measured; rows of 2 to 4 columns are
-    not, unless staged), and the tiles paying as a thin product's would
+    operands loadable by tensor descriptors (the tiles measured; b's rows of 2 or 4
+    columns are not, unless staged), and the tiles paying as a thin product's would
     (``narrow_tiles_pay``: else a thin product splits over K, which this one does not)."""
     (m, k), n = a.shape, b.shape[1]
     return (
