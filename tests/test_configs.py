@@ -1056,9 +1056,9 @@ def test_rows_off_16_bytes_choose_among_every_candidate():
     """1100^3 in bf16 (rows of 8 bytes, masks of 8) chooses among every candidate, and the
     shipped model picks a pointer tile (call 299: 128x128x64 pointer tiles 13-16 us,
     128x256x64 tensor-descriptor ones 20-21), as do rows of 2 bytes (an LM head's vocabulary
-    of 50257; call 310: six such products 1.4-5.9x faster than on the tensor-descriptor
-    choice); aligned rows whose masks do not vectorize (a slice of 1100 columns of rows of
-    1152) keep to tensor descriptors, which need no mask."""
+    of 50257; calls 310-311: six such products 1.35-5.9x faster than on the
+    tensor-descriptor choice); aligned rows whose masks do not vectorize (a slice of 1100
+    columns of rows of 1152) keep to tensor descriptors, which need no mask."""
     odd = [torch.empty(1100, 1100, dtype=torch.bfloat16) for _ in range(2)]
     sliced = [torch.empty(1100, 1152, dtype=torch.bfloat16)[:, :1100] for _ in range(2)]
     whole = [torch.empty(1152, 1152, dtype=torch.bfloat16) for _ in range(2)]
