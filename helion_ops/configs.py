@@ -288,11 +288,15 @@ def operands_key(a: torch.Tensor, b: torch.Tensor) -> tuple:
 def model_without_entry(a: torch.Tensor, b: torch.Tensor) -> Model | None:
     """The wave model of ``a``'s GPU where its table has no plain entry for ``a @ b`` (an
     entry overrides the model), else None."""
-    arch = gpu_arch(a.device)
-    model = shipped_model(arch)
-    if model is None or table_config(tuned_table(arch), config_key(a, b), "plain") is not None:
+    model = shipped_model(gpu_arch(a.device))
+    if model is None or has_entry(a, b, "plain"):
         return None
     return model
+
+
+def has_entry(a: torch.Tensor, b: torch.Tensor, epilogue: str) -> bool:
+    """Whether the table of ``a``'s GPU has an entry for ``a @ b`` and ``epilogue``."""
+    return table_config(tuned_table(gpu_arch(a.device)), config_key(a, b), epilogue) is not None
 
 
 def last_wave_config(
@@ -365,9 +369,8 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     they took back the gain (NOTES 61)."""
     if a.dtype not in (torch.float16, torch.bfloat16):
         return False
-    table = tuned_table(gpu_arch(a.device)) if a.is_cuda else {}
     if few_columns(a, b):
-        return table_config(table, config_key(a, b), epilogue) is None
+        return not a.is_cuda or not has_entry(a, b, epilogue)
     if b.stride(1) != 1 or b.stride(0) * b.element_size() % 32 != 16:
         return False
     along_k = a.stride(1) == 1
@@ -382,7 +385,7 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     tiles = math.ceil(m / 128) * math.ceil(n / 128)
     if k < TRANSPOSED_MIN_K and tiles > TRANSPOSED_MAX_WAVES * sm_count(a.device):
         return False
-    return table_config(table, config_key(a, b), epilogue) is None
+    return not has_entry(a, b, epilogue)
 
 
 def splits_k(a: torch.Tensor, b: torch.Tensor) -> bool:
