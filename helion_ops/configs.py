@@ -72,7 +72,13 @@ from helion_ops.model import (
     split_of,
     tail_split,
 )
-from helion_ops.narrow_tiles import few_columns, few_rows, few_rows_config
+from helion_ops.narrow_tiles import (
+    NARROW_COLUMNS_TILE,
+    few_columns,
+    few_rows,
+    few_rows_config,
+    narrow_columns,
+)
 from helion_ops.pipelines import deepened, fit_for_bias, streaming
 from helion_ops.table import (
     TableKey,
@@ -168,6 +174,8 @@ def choose_config(
     if stream is not None:
         # Two stages: ``streaming`` deepens it to what shared memory holds.
         config = plain_config(stream.rows, stream.columns, stream.block_k, 4, 2, "flat", "pointer")
+    elif tma_only and narrow_columns(product.m, product.n):
+        config = plain_config(*NARROW_COLUMNS_TILE, "flat")
     else:
         batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
         config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)

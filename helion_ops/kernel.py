@@ -68,7 +68,13 @@ from helion_ops.configs import (
 )
 from helion_ops.loads import k_masks_vectorize
 from helion_ops.long_k import few_tiles_long_k, long_k_batch, one_wave_stream
-from helion_ops.narrow_tiles import WAVE_PROGRAMS, narrow, narrow_tiles_pay, thin
+from helion_ops.narrow_tiles import (
+    WAVE_PROGRAMS,
+    few_columns_long_k,
+    narrow,
+    narrow_tiles_pay,
+    thin,
+)
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
 from helion_ops.staging import staged
 from helion_ops.table import product_mnk
@@ -525,11 +531,17 @@ def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     vectors: in fp16 and bf16, a streaming product (65 to 128 rows, a long K) where
     ``long_k.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
     (``few_tiles_long_k``), or, in fp16 and bf16, a serving batch's product of few tiles and
-    a long K (``long_k.long_k_batch``)."""
+    a long K (``long_k.long_k_batch``) or a product of a few columns and a long K
+    (``narrow_tiles.few_columns_long_k``)."""
     stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
     if stream:
         return stream.pieces > 1
-    return few_tiles_long_k(m, n, k) or (dtype in FAST_DTYPES and long_k_batch(m, n, k))
+    fast = dtype in FAST_DTYPES
+    return (
+        few_tiles_long_k(m, n, k)
+        or (fast and long_k_batch(m, n, k))
+        or (fast and few_columns_long_k(m, n, k, dtype.itemsize))
+    )
 
 
 def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:

@@ -16,7 +16,7 @@ import helion
 
 from helion_ops.candidates import split_config
 from helion_ops.model import BATCH_MODEL_ROWS, k_block, power_of_two_pieces, split_k_block
-from helion_ops.narrow_tiles import THIN_K, THIN_ROWS, THIN_TILE, thin
+from helion_ops.narrow_tiles import THIN_K, THIN_ROWS, THIN_TILE, few_columns_long_k, thin
 
 
 def few_tiles_long_k(m: int, n: int, k: int) -> bool:
@@ -147,6 +147,30 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
     return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
 
 
+# A product of a few columns and a long K (``narrow_tiles.few_columns_long_k``: a LoRA A of
+# rank 8 over 4096 rows, the weight gradients of a value head or a router over a long run of
+# tokens) splits K over tiles of FEW_COLUMNS_TILE (BM, BN, stages, warps), 16 columns, as
+# many programs as come nearest, by ratio, to two an SM. On the H200 (bf16, under CUDA graphs,
+# call 313, NOTES 133): 4096x8x8192 in 8 pieces 21.6 us against the transposed kernel's 37.5
+# (aten 24.6), 4 pieces 22.4, 2 27.9; 128x128 tiles in 4 pieces 24.5; 4096x8x16384 'cr' 36.5
+# in 8 or 4 against 76.2 (37.6); 4096x1x16384 'cr' 38.6 in 8 against 87.9 (35.2).
+FEW_COLUMNS_TILE = (128, 16, 4, 4)
+
+
+def few_columns_split(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """A few columns' split-K config (``FEW_COLUMNS_TILE``): K in the equal pieces
+    (``split_k_block``, 1 to 64) whose programs come nearest, by ratio, to two per SM; on a
+    tie the fewer."""
+    bm, bn, stages, warps = FEW_COLUMNS_TILE
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+
+    def distance(split: int) -> float:
+        return abs(math.log(tiles * math.ceil(k / split_k_block(k, split)) / (2 * sms)))
+
+    split = min(range(1, 65), key=distance)
+    return split_config(bm, bn, 64, split, stages, warps=warps)
+
+
 def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     """The split-K kernel's config where the table has none: ``thin_split`` for a thin
     product (whose K loads element by element), else ``least_cost_split`` among
@@ -164,6 +188,8 @@ def split_rule(m: int, n: int, k: int, sms: int) -> helion.Config:
     where the rule cuts 22)."""
     if thin(m, n, k):
         return thin_split(m, n, k, sms)
+    if few_columns_long_k(m, n, k, 2):  # (fp16 and bf16 alone split by these rules)
+        return few_columns_split(m, n, k, sms)
     stream = one_wave_stream(m, n, k, sms)
     if stream is not None:
         return split_config(128, 128, 64, stream.pieces, 4)  # (its splits' tile)

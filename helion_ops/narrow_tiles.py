@@ -92,29 +92,69 @@ def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
 # 8 experts, value heads and logits of one output) run transposed, out.T = b.T @ a.T
 # (``kernel.transposed_kernel``), on the narrow tiles of a few rows (``few_rows_config`` of that
 # product): reading ``a`` is all their time, and the model's tiles, 32 columns and wider, leave
-# most of each tile idle. On the H200 (bf16, under CUDA graphs, call 312, NOTES 132):
-# 20480x1x2048 29.1 us -> 22.7 (aten 23.1), 6144x8x5120 27.0 -> 22.8 (21.2); from 16 columns the
-# model's tiles ran 1.20-1.46x faster than these (3072x16x8192 17.7 us against 22.6,
-# 12288x32x3072 23.2 against 29.7, 10240x64x2560 16.3 against 23.7). FEW_COLUMNS_ROWS: 128
-# programs of 32 columns, about a wave.
+# most of each tile idle, loading b's rows of at most 16 bytes one by one. On the H200 (bf16,
+# under CUDA graphs, call 312, NOTES 132): 20480x1x2048 29.1 us -> 22.7 (aten 23.1), 6144x8x5120
+# 27.0 -> 22.8 (21.2); from 16 columns the model's tiles ran 1.20-1.46x faster than these
+# (3072x16x8192 17.7 us against 22.6, 12288x32x3072 23.2 against 29.7, 10240x64x2560 16.3
+# against 23.7). FEW_COLUMNS_ROWS: 128 programs of 32 columns, about a wave. Call 313 (eight
+# products of no set, both rules in one process): 1.07-1.93x faster where b's rows are back
+# to back (4096x1x4096 19.1 -> 9.9 us, aten 10.4); with b column-major, loading along K in
+# vectors, the model's pointer tiles ran as fast (20480x2x2048 'rc' 23.9 against 23.5) or
+# faster (12288x4x4096 'rc' 26.0 against 30.1, aten 51.6); and with K of 256, short of one
+# pass of the 4-stage pipeline, 65536x1x256 0.80 -> 0.72 of aten: those keep the model's.
 FEW_COLUMNS = 8
 FEW_COLUMNS_ROWS = 4096
 
 
 def few_columns(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` runs transposed on a few rows' narrow tiles (``FEW_COLUMNS``): fp16
-    or bf16, at most ``FEW_COLUMNS`` columns, at least ``FEW_COLUMNS_ROWS`` rows, both
-    operands loadable by tensor descriptors (the tiles measured; b's rows of 2 or 4
-    columns are not, unless staged), and the tiles paying as a thin product's would
-    (``narrow_tiles_pay``: else a thin product splits over K, which this one does not)."""
+    or bf16, at most ``FEW_COLUMNS`` columns, at least ``FEW_COLUMNS_ROWS`` rows, ``b``'s
+    rows back to back (contiguous), both operands loadable by tensor descriptors (the tiles
+    measured; b's rows of 2 or 4 columns are not, unless staged), a K that fills the tiles'
+    pipeline, and the tiles paying as a thin product's would (``narrow_tiles_pay``; else the
+    product splits over K: ``few_columns_long_k``)."""
     (m, k), n = a.shape, b.shape[1]
     return (
         a.dtype in (torch.float16, torch.bfloat16)
         and n <= FEW_COLUMNS
         and m >= FEW_COLUMNS_ROWS
+        and b.is_contiguous()
         and tma_aligned(a, b)
+        and k >= pipeline_k(few_rows_config(n, m, tma=True))
         and narrow_tiles_pay(n, m, k, a.element_size())
     )
+
+
+def pipeline_k(config: helion.Config) -> int:
+    """The K that one pass of ``config``'s pipeline loads: its stages of its K block."""
+    return config.config["num_stages"] * config.config["block_sizes"][2]
+
+
+def few_columns_long_k(m: int, n: int, k: int, itemsize: int) -> bool:
+    """Whether an fp16 or bf16 ``m x n x k`` product of a few columns splits over K
+    (``long_k.few_columns_split``): at most ``FEW_COLUMNS`` columns over at least
+    ``FEW_COLUMNS_ROWS`` rows, where a few rows' narrow tiles of the transposed product do
+    not pay (``narrow_tiles_pay``: too little in flight, or 32 columns over a K of at least
+    twice M). Its row tiles then fill at most a wave, each with a long K to read alone."""
+    return n <= FEW_COLUMNS and m >= FEW_COLUMNS_ROWS and not narrow_tiles_pay(n, m, k, itemsize)
+
+
+# Tall products of 9 to NARROW_COLUMNS columns that load by tensor descriptors alone (N off
+# 16 bytes, as a router of 60 experts: masks that do not vectorize, ``loads.
+# tensor_descriptors_only``) would choose among the model's tensor-descriptor tiles, all 128
+# columns or wider, half of each tile past N; they run NARROW_COLUMNS_TILE's 64 columns
+# instead. On the H200 (bf16, under CUDA graphs, call 313, NOTES 133): 16384x60x2048 (b
+# staged) 20.9 us on 128x64x64 tensor-descriptor tiles against 55.6 shipped (aten 33.5), 64x64
+# 23.4, 64x128 28.4, 128x256 31.9; split over K on 128x64 in 2 pieces 26.8.
+NARROW_COLUMNS = 64
+NARROW_COLUMNS_TILE = (128, 64, 64, 4, 4)  # BM, BN, BK, warps, stages
+
+
+def narrow_columns(m: int, n: int) -> bool:
+    """Whether a product of ``m`` rows and ``n`` columns that loads by tensor descriptors
+    alone runs ``NARROW_COLUMNS_TILE``: more than ``FEW_COLUMNS`` and at most
+    ``NARROW_COLUMNS`` columns over at least ``FEW_COLUMNS_ROWS`` rows."""
+    return FEW_COLUMNS < n <= NARROW_COLUMNS and m >= FEW_COLUMNS_ROWS
 
 
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:

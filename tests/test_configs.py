@@ -118,25 +118,59 @@ def test_autotuning_is_opt_in(monkeypatch):
 
 
 def test_few_columns_products():
-    """Products of at most 8 columns over at least 4096 rows whose narrow tiles, transposed,
-    pay as a thin product's would, both operands loadable by tensor descriptors; fp16 and
-    bf16 only. They run on the transposed kernel whatever the layouts."""
+    """Products of at most 8 columns over at least 4096 rows, b's rows back to back, both
+    operands loadable by tensor descriptors, a K that fills the narrow tiles' pipeline, and
+    narrow tiles that pay as a thin product's would; fp16 and bf16 only. They run on the
+    transposed kernel."""
     for dtype in (torch.float16, torch.bfloat16):
-        router = torch.empty(4096, 256, dtype=dtype), torch.empty(256, 8, dtype=dtype)
-        head = torch.empty(4096, 256, dtype=dtype), torch.empty(256, 1, dtype=dtype)
+        router = torch.empty(4096, 1024, dtype=dtype), torch.empty(1024, 8, dtype=dtype)
+        head = torch.empty(4096, 1024, dtype=dtype), torch.empty(1024, 1, dtype=dtype)
         assert narrow_tiles.few_columns(*router) and narrow_tiles.few_columns(*head)
-        assert narrow_tiles.few_columns(router[0], torch.empty(8, 256, dtype=dtype).T)
-        assert narrow_tiles.few_columns(torch.empty(256, 4096, dtype=dtype).T, router[1])
+        assert narrow_tiles.few_columns(torch.empty(1024, 4096, dtype=dtype).T, router[1])
         assert configs.transposed_pays(*head) and configs.transposed_pays(*router)
         assert not narrow_tiles.few_columns(router[0][:4095], router[1])  # rows
-        assert not narrow_tiles.few_columns(router[0], torch.empty(256, 9, dtype=dtype))
-        assert not narrow_tiles.few_columns(router[0], torch.empty(256, 4, dtype=dtype))  # 8 bytes
-        assert narrow_tiles.few_columns(router[0], torch.empty(4, 256, dtype=dtype).T)
+        assert not narrow_tiles.few_columns(router[0], torch.empty(1024, 9, dtype=dtype))
+        assert not narrow_tiles.few_columns(router[0], torch.empty(1024, 4, dtype=dtype))  # 8 bytes
+        # b column-major loads along K in vectors: the model's tiles (call 313); one column
+        # is the same memory either way (nn.Linear's weight.T of one output).
+        assert not narrow_tiles.few_columns(router[0], torch.empty(8, 1024, dtype=dtype).T)
+        assert narrow_tiles.few_columns(head[0], torch.empty(1, 1024, dtype=dtype).T)
+        # K short of one pass of the tiles' pipeline (4 stages of 256): 65536x1x256 (call 313).
+        assert narrow_tiles.pipeline_k(narrow_tiles.few_rows_config(8, 4096, tma=True)) == 1024
+        assert not narrow_tiles.few_columns(router[0][:, :1000], torch.empty(1000, 8, dtype=dtype))
+        tall = torch.empty(65536, 512, dtype=dtype), torch.empty(512, 1, dtype=dtype)
+        assert narrow_tiles.few_columns(*tall)  # 128 columns, 4 stages of 128
+        assert not narrow_tiles.few_columns(tall[0][:, :256], tall[1][:256])
         long_k = torch.empty(4096, 8192, dtype=dtype), torch.empty(8192, 8, dtype=dtype)
         assert not narrow_tiles.narrow_tiles_pay(8, 4096, 8192, dtype.itemsize)
-        assert not narrow_tiles.few_columns(*long_k)  # a thin product would split over K
-    fp32 = torch.empty(4096, 256), torch.empty(256, 1)
+        assert not narrow_tiles.few_columns(*long_k)  # it splits over K instead
+    fp32 = torch.empty(4096, 1024), torch.empty(1024, 1)
     assert not narrow_tiles.few_columns(*fp32) and not configs.transposed_pays(*fp32)
+
+
+def test_few_columns_over_a_long_k_split_over_k():
+    """Where a few columns' narrow tiles do not pay, the product splits over K, in fp16 and
+    bf16, on tiles of 16 columns and as many programs as come nearest two an SM."""
+    for m, n, k in ((4096, 8, 8192), (4096, 1, 16384), (4096, 2, 16384)):
+        assert narrow_tiles.few_columns_long_k(m, n, k, 2)
+        assert long_k_product(m, n, k, torch.bfloat16)
+        assert long_k_product(m, n, k, torch.float16)
+        assert not long_k_product(m, n, k, torch.float32)
+        chosen = long_k.split_rule(m, n, k, 132).config
+        bm, bn, _ = chosen["block_sizes"]
+        assert (bm, bn) == (128, 16)
+        programs = m // bm * -(-k // model.split_k_block(k, chosen["split_k"]))
+        assert programs == 256  # 32 row tiles in 8 pieces: nearest 264
+    # Narrow tiles that pay (64 columns from 4160 rows), or too few rows or too many columns.
+    for m, n, k in ((8192, 8, 4096), (4608, 8, 16384), (4095, 8, 8192), (4096, 9, 8192)):
+        assert not narrow_tiles.few_columns_long_k(m, n, k, 2)
+
+
+def test_narrow_columns():
+    """Tall products of 9 to 64 columns."""
+    assert narrow_tiles.narrow_columns(16384, 60) and narrow_tiles.narrow_columns(4096, 9)
+    assert not narrow_tiles.narrow_columns(16384, 65) and not narrow_tiles.narrow_columns(16384, 8)
+    assert not narrow_tiles.narrow_columns(4095, 60)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU config is what CI compiles")

@@ -535,7 +535,7 @@ def test_a_few_rows_product_runs_narrow_tiles(monkeypatch, m, k, n, transposed, 
 
 @pytest.mark.parametrize(
     "m,k,n,transposed",
-    [(16384, 4096, 1, False), (6144, 5120, 8, False), (12288, 4096, 4, True)],
+    [(16384, 4096, 1, False), (6144, 5120, 8, False), (12288, 4096, 1, True)],
     ids=str,
 )
 def test_a_few_columns_product_runs_transposed_on_narrow_tiles(monkeypatch, m, k, n, transposed):
@@ -557,6 +557,40 @@ def test_a_few_columns_product_runs_transposed_on_narrow_tiles(monkeypatch, m, k
     launched.clear()
     check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
     assert launched[0] is kernel.transposed_kernel
+
+
+@pytest.mark.parametrize("m,k,n", [(4096, 8192, 8), (4096, 16384, 1)], ids=str)
+def test_a_few_columns_product_of_a_long_k_splits_over_k(monkeypatch, m, k, n):
+    """A LoRA A of rank 8, a value head's (``narrow_tiles.few_columns_long_k``): the split-K
+    kernel on 16 columns' tiles; forward and backward against float64, with a bias too."""
+    from test_ops import launches
+
+    kernel.reset()
+    launched = launches(monkeypatch)
+    a, b = make((m, k), torch.bfloat16), make((k, n), torch.bfloat16)
+    x, y = a.detach(), b.detach()
+    bound = kernel.split_k_kernel.bind((x, y))
+    assert configs.choose_config(bound, x, y).config["block_sizes"][:2] == [128, 16]
+    check_matmul(a, b)
+    assert launched[0] is kernel.split_k_kernel
+    launched.clear()
+    check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
+    assert launched[0] is kernel.split_k_kernel
+
+
+def test_a_router_of_60_experts_runs_64_columns_tiles(monkeypatch):
+    """16384x60x2048 (``narrow_tiles.narrow_columns``): b staged onto rows of 64, then the
+    plain kernel on 128x64 tensor-descriptor tiles; forward and backward against float64."""
+    from test_ops import launches
+
+    kernel.reset()
+    launched = launches(monkeypatch)
+    a, b = make((16384, 2048), torch.bfloat16), make((2048, 60), torch.bfloat16)
+    check_matmul(a, b)
+    assert launched[0] is kernel.matmul_kernel
+    staged = staging.aligned_copy(b.detach())
+    bound = kernel.matmul_kernel.bind((a.detach(), staged, kernel.scaled(1.0)))
+    assert configs.choose_config(bound, a.detach(), staged).config["block_sizes"][:2] == [128, 64]
 
 
 def test_a_split_of_one_piece_runs_the_plain_kernel(monkeypatch):

@@ -223,23 +223,45 @@ def test_rows_on_16_bytes_run_transposed(dtype_mode, bias_shape, monkeypatch):
 
 
 # A product of a few columns (``narrow_tiles.few_columns``: a router of 8 experts, a value head
-# of one output) runs transposed on a few rows' tiles whatever its layouts; one output's b has
-# rows of 2 bytes, which the transposed kernel otherwise never takes.
+# of one output) runs transposed on a few rows' tiles; one output's b has rows of 2 bytes,
+# which the transposed kernel otherwise never takes (one column: the same memory whether b is
+# row- or column-major).
 @pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
 @pytest.mark.parametrize(
     "n, b_transposed, bias_shape",
-    [(1, False, None), (1, True, (4096, 1)), (8, False, (8,)), (8, True, None)],
+    [(1, False, None), (1, True, (192, 1)), (8, False, (8,))],
     ids=str,
 )
 def test_few_columns_run_transposed(dtype_mode, n, b_transposed, bias_shape, monkeypatch):
+    # (192 rows whose narrow tiles are taken to pay, so that the interpreter runs it quickly;
+    # with fewer, a K of 1024 would make it a few tiles' long-K product.)
+    monkeypatch.setattr(narrow_tiles, "FEW_COLUMNS_ROWS", 192)
+    monkeypatch.setattr(narrow_tiles, "narrow_tiles_pay", lambda *sizes: True)
     launched = launches(monkeypatch)
-    a, b = make((4096, 96), dtype_mode), make((96, n), dtype_mode, transposed=b_transposed)
+    a, b = make((192, 1024), dtype_mode), make((1024, n), dtype_mode, transposed=b_transposed)
     assert narrow_tiles.few_columns(a.detach(), b.detach())
     if bias_shape is None:
         check_matmul(a, b)
     else:
         check_addmm(make(bias_shape, dtype_mode), a, b, alpha=0.75, beta=-2.0)
     assert launched[0] is kernel.transposed_kernel
+
+
+# A product of a few columns whose narrow tiles would not pay (``few_columns_long_k``: here made
+# of 64 rows or more, so that the interpreter runs it quickly) splits over K. (fp16: bf16 runs
+# in Helion's ref mode here, which has no split-K.)
+@pytest.mark.parametrize("dtype_mode", [torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("n, bias_shape", [(1, None), (8, (8,)), (3, (96, 3))], ids=str)
+def test_few_columns_over_a_long_k_split_over_k(dtype_mode, n, bias_shape, monkeypatch):
+    monkeypatch.setattr(narrow_tiles, "FEW_COLUMNS_ROWS", 64)
+    launched = launches(monkeypatch)
+    a, b = make((96, 512), dtype_mode), make((512, n), dtype_mode)
+    assert narrow_tiles.few_columns_long_k(96, n, 512, a.element_size())
+    if bias_shape is None:
+        check_matmul(a, b)
+    else:
+        check_addmm(make(bias_shape, dtype_mode), a, b, alpha=0.75, beta=-2.0)
+    assert launched[0] is kernel.split_k_kernel
 
 
 @pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
