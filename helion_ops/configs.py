@@ -75,6 +75,7 @@ from helion_ops.model import (
 from helion_ops.narrow_tiles import (
     NARROW_COLUMNS_TILE,
     few_columns,
+    few_columns_long_k,
     few_rows,
     few_rows_config,
     narrow_columns,
@@ -161,7 +162,10 @@ def choose_config(
     if dtype == torch.float32 or model is None:
         return bound_kernel.config_spec.default_config()
     if "split_k" in bound_kernel.config_spec.user_defined_tunables:
-        return streaming(split_rule(*mnks[0], sm_count(device)), dtype.itemsize, *mnks[0])
+        split = split_rule(*mnks[0], sm_count(device))
+        if few_columns_long_k(*mnks[0], dtype.itemsize):
+            return split  # (its stages keep two programs an SM, as measured)
+        return streaming(split, dtype.itemsize, *mnks[0])
     a, b = operands
     # (A few rows' product never runs transposed; a few columns' runs transposed as one.)
     if few_columns(b.T, a.T) if transposed else few_rows(a, b):
@@ -175,7 +179,7 @@ def choose_config(
         # Two stages: ``streaming`` deepens it to what shared memory holds.
         config = plain_config(stream.rows, stream.columns, stream.block_k, 4, 2, "flat", "pointer")
     elif tma_only and narrow_columns(product.m, product.n):
-        config = plain_config(*NARROW_COLUMNS_TILE, "flat")
+        return plain_config(*NARROW_COLUMNS_TILE, "flat")  # (at the depth measured)
     else:
         batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
         config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)

@@ -78,6 +78,7 @@ def test_a_few_columns_over_a_long_k_split_on_tiles_of_16_columns():
     with FakeTensorMode(allow_non_fake_inputs=True):
         config = configs.choose_config(bound, on_gpu(a), on_gpu(b)).config
     assert config["block_sizes"][:2] == [128, 16] and config["split_k"] == 8
+    assert config["num_stages"] == 4  # as measured: two programs an SM, not deepened
 
 
 def test_narrow_columns_that_load_by_tensor_descriptors_alone_take_64_columns():
@@ -89,6 +90,7 @@ def test_narrow_columns_that_load_by_tensor_descriptors_alone_take_64_columns():
     assert not staged and not transposed
     assert config.config["block_sizes"][:2] == [128, 64]
     assert config.config["indexing"] == "tensor_descriptor"
+    assert config.config["num_stages"] == 4  # as measured
 
 
 def test_a_few_rows_run_their_narrow_tiles_plain():
