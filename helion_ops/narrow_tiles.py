@@ -88,20 +88,19 @@ def few_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-# Products of at most FEW_COLUMNS columns over at least FEW_COLUMNS_ROWS rows (MoE routers of
-# 8 experts, value heads and logits of one output) run transposed, out.T = b.T @ a.T
+# Products of at most FEW_COLUMNS columns over at least FEW_COLUMNS_ROWS rows (MoE routers of 8
+# experts, value heads and logits of one output) run transposed, out.T = b.T @ a.T
 # (``kernel.transposed_kernel``), on the narrow tiles of a few rows (``few_rows_config`` of that
-# product): reading ``a`` is all their time, and the model's tiles, 32 columns and wider, leave
-# most of each tile idle, loading b's rows of at most 16 bytes one by one. On the H200 (bf16,
-# under CUDA graphs, call 312, NOTES 132): 20480x1x2048 29.1 us -> 22.7 (aten 23.1), 6144x8x5120
-# 27.0 -> 22.8 (21.2); from 16 columns the model's tiles ran 1.20-1.46x faster than these
-# (3072x16x8192 17.7 us against 22.6, 12288x32x3072 23.2 against 29.7, 10240x64x2560 16.3
-# against 23.7). FEW_COLUMNS_ROWS: 128 programs of 32 columns, about a wave. Call 313 (eight
-# products of no set, both rules in one process): 1.07-1.93x faster where b's rows are back
-# to back (4096x1x4096 19.1 -> 9.9 us, aten 10.4); with b column-major, loading along K in
-# vectors, the model's pointer tiles ran as fast (20480x2x2048 'rc' 23.9 against 23.5) or
-# faster (12288x4x4096 'rc' 26.0 against 30.1, aten 51.6); and with K of 256, short of one
-# pass of the 4-stage pipeline, 65536x1x256 0.80 -> 0.72 of aten: those keep the model's.
+# product): reading ``a`` is all their time, and the model's tiles, 32 columns and wider, leave most
+# of each tile idle. On the H200 (bf16, under CUDA graphs, call 312, NOTES 132): 20480x1x2048 29.1
+# us -> 22.7 (aten 23.1), 6144x8x5120 27.0 -> 22.8 (21.2); from 16 columns the model's tiles ran
+# 1.20-1.46x faster than these (3072x16x8192 17.7 us against 22.6, 12288x32x3072 23.2 against 29.7,
+# 10240x64x2560 16.3 against 23.7). FEW_COLUMNS_ROWS: 128 programs of 32 columns, about a wave. Call
+# 313 (eight products of no set, both rules in one process): 1.07-1.93x faster where b's rows are
+# back to back (4096x1x4096 19.1 -> 9.9 us, aten 10.4); with b column-major, loading along K in
+# vectors, the model's pointer tiles ran as fast (20480x2x2048 'rc' 23.9 against 23.5) or faster
+# (12288x4x4096 'rc' 26.0 against 30.1, aten 51.6); and with K of 256, short of one pass of the
+# 4-stage pipeline, 65536x1x256 0.80 -> 0.72 of aten: those keep the model's.
 FEW_COLUMNS = 8
 FEW_COLUMNS_ROWS = 4096
 
@@ -135,7 +134,8 @@ def few_columns_long_k(m: int, n: int, k: int, itemsize: int) -> bool:
     (``long_k.few_columns_split``): at most ``FEW_COLUMNS`` columns over at least
     ``FEW_COLUMNS_ROWS`` rows, where a few rows' narrow tiles of the transposed product do
     not pay (``narrow_tiles_pay``: too little in flight, or 32 columns over a K of at least
-    twice M). Its row tiles then fill at most a wave, each with a long K to read alone."""
+    twice M). In effect 4096 to 4160 rows, where those tiles are 32 columns wide: from 4161
+    they are 64 and taken to pay (not measured past 4160 rows)."""
     return n <= FEW_COLUMNS and m >= FEW_COLUMNS_ROWS and not narrow_tiles_pay(n, m, k, itemsize)
 
 
