@@ -1023,6 +1023,35 @@ def test_gpu_only_tools_say_so_without_a_gpu(monkeypatch, capsys):
     assert "host_overhead_cpu" in capsys.readouterr().err
     assert wave_split.main(["--shape", "64x64x64"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+    from benchmarks import rule_ab
+
+    assert rule_ab.main(["--off", "narrow_tiles.narrow_columns", "--shape", "64x64x64"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
+    """``benchmarks.rule_ab``: while a rule is off, every module's reference to it answers
+    False (the launcher's and the config rules' alike); after, the rule again; a name the
+    package lacks is refused before anything runs."""
+    import torch
+
+    from benchmarks import rule_ab
+    from helion_ops import configs, kernel, long_k, narrow_tiles
+
+    rule = rule_ab.predicate("narrow_tiles.few_columns_long_k")
+    assert kernel.long_k_product(4096, 8, 8192, torch.bfloat16)
+    with rule_ab.turned_off([rule, rule_ab.predicate("narrow_tiles.narrow_columns")]):
+        assert not kernel.long_k_product(4096, 8, 8192, torch.bfloat16)
+        assert long_k.split_rule(4096, 8, 8192, 132).config["block_sizes"][1] != 16
+        assert not configs.narrow_columns(16384, 60) and not narrow_tiles.narrow_columns(16384, 60)
+    assert kernel.long_k_product(4096, 8, 8192, torch.bfloat16)
+    assert configs.narrow_columns(16384, 60) and narrow_tiles.few_columns_long_k is rule
+    for name in ("narrow_tiles.nothing", "nowhere.few_rows", "narrow_tiles.FEW_COLUMNS"):
+        with pytest.raises(SystemExit):
+            rule_ab.main(["--off", name, "--shape", "64x64x64"])
+        assert name in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rule_ab.main(["--off", "narrow_tiles.narrow_columns", "--shape", "64x64x64:rt"])
 
 
 def test_the_cpu_host_bench_times_every_row_in_turn():

@@ -1,0 +1,168 @@
+"""GPU time of products with a runtime rule on and off, in one process: ``python -m
+benchmarks.rule_ab --off narrow_tiles.narrow_columns --shape 16384x60x2048 ...``.
+
+``--off`` names a predicate of ``helion_ops`` (``module.function``, e.g.
+``narrow_tiles.few_columns_long_k``); while the rule is off, every module of the package that
+holds it holds instead a function that answers False, so its products take the route they
+would take without it. For each round, the rule on and off in turn (the order alternating from
+round to round), every compiled specialization and cached decision is dropped
+(``kernel.reset``, the package's ``functools`` caches), then each product's forward
+(``helion_ops.matmul``) and ``torch.mm`` are timed under CUDA graphs (the measure of
+tritonbench's ``--cudagraph``), with the errors of ``matmul`` and ``addmm`` (a bias of N)
+against float64 over the largest reference value, aten's beside them. It prints each
+product's best time on and off and their geomean ratio, and ``--json`` writes every row.
+Use shapes that are not in ``benchmarks/shapes/validation.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import json
+import math
+import pkgutil
+import sys
+from collections.abc import Callable, Iterator
+
+import torch
+import triton
+
+import helion_ops
+from helion_ops import kernel
+from helion_ops.dtype_names import torch_name
+from helion_ops.tune import operands, parse_shape
+
+LAYOUTS = ("rr", "rc", "cr", "cc")
+
+
+def bench(fn: Callable[[], object]) -> float:
+    """Microseconds per call, replayed from a CUDA graph (median)."""
+    return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3
+
+
+def package_modules() -> list:
+    """Every module of ``helion_ops``, imported."""
+    names = [f"helion_ops.{m.name}" for m in pkgutil.iter_modules(helion_ops.__path__)]
+    return [helion_ops, *(importlib.import_module(name) for name in names)]
+
+
+def predicate(name: str) -> Callable[..., bool]:
+    """The function ``name`` ("module.function") of ``helion_ops``; ValueError where there
+    is none."""
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = importlib.import_module(f"helion_ops.{module_name}")
+    except ImportError:
+        raise ValueError(f"--off {name!r}: helion_ops has no module {module_name!r}") from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise ValueError(f"--off {name!r}: helion_ops.{module_name} has no function {attr!r}")
+    return function
+
+
+@contextlib.contextmanager
+def turned_off(functions: list[Callable[..., bool]]) -> Iterator[None]:
+    """Every reference of the package's modules to ``functions`` answering False."""
+    saved = []
+    for module in package_modules():
+        for attr, value in vars(module).items():
+            if any(value is f for f in functions):
+                saved.append((module, attr, value))
+    try:
+        for module, attr, _ in saved:
+            setattr(module, attr, lambda *args, **kwargs: False)
+        yield
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
+
+
+def forget_decisions() -> None:
+    """Drop compiled specializations, fast paths and the package's cached decisions."""
+    kernel.reset()
+    for module in package_modules():
+        for value in vars(module).values():
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+
+
+def parse_product(text: str) -> tuple[int, int, int, str]:
+    """``MxNxK`` or ``MxNxK:layout`` (a's and b's: r row-major, c column-major; default rr)."""
+    shape, _, layout = text.partition(":")
+    layout = layout or "rr"
+    if layout not in LAYOUTS:
+        raise argparse.ArgumentTypeError(f"--shape layout must be one of {LAYOUTS}, got {text!r}")
+    return (*parse_shape(shape), layout)
+
+
+def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out.double() - reference).abs().max() / reference.abs().max()).item()
+
+
+def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> dict:
+    """One product's times and errors, as the runtime routes it now."""
+    reference = a.double() @ b.double()
+    with_bias = reference + bias.double()
+    return {
+        "us": bench(lambda: helion_ops.matmul(a, b)),
+        "aten_us": bench(lambda: torch.mm(a, b)),
+        "rel_err": relative_error(helion_ops.matmul(a, b), reference),
+        "aten_rel_err": relative_error(torch.mm(a, b), reference),
+        "addmm_rel_err": relative_error(helion_ops.addmm(bias, a, b), with_bias),
+        "aten_addmm_rel_err": relative_error(torch.addmm(bias, a, b), with_bias),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    description = " ".join(__doc__.split("\n\n")[0].split())
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.rule_ab", description=description)
+    parser.add_argument("--off", action="append", required=True, help="module.function")
+    parser.add_argument("--shape", type=parse_product, action="append", required=True)
+    parser.add_argument(
+        "--dtype", default="bfloat16", type=torch_name, choices=["bfloat16", "float16"]
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+    try:
+        functions = [predicate(name) for name in args.off]
+    except ValueError as error:
+        parser.error(str(error))
+    if not torch.cuda.is_available():
+        print("benchmarks.rule_ab needs a CUDA GPU", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, args.dtype)
+    products = []
+    for m, n, k, layout in args.shape:
+        a, b = operands(m, n, k, layout, dtype)
+        products.append(((m, n, k, layout), a, b, torch.randn(n, device="cuda", dtype=dtype)))
+    rows = []
+    for round_ in range(args.rounds):
+        for rule in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+            with turned_off(functions) if rule == "off" else contextlib.nullcontext():
+                forget_decisions()
+                for (m, n, k, layout), a, b, bias in products:
+                    row = {"shape": f"{m}x{n}x{k}", "layout": layout, "rule": rule}
+                    rows.append({**row, "round": round_, **measure(a, b, bias)})
+    forget_decisions()
+    print(f"rule {' '.join(args.off)}: best us on | off | aten, and off / on")
+    gains = []
+    for (m, n, k, layout), *_ in products:
+        mine = [r for r in rows if r["shape"] == f"{m}x{n}x{k}" and r["layout"] == layout]
+        on, off = (min(r["us"] for r in mine if r["rule"] == rule) for rule in ("on", "off"))
+        aten = min(r["aten_us"] for r in mine)
+        gains.append(off / on)
+        print(f"{m}x{n}x{k} {layout}: {on:.1f} | {off:.1f} | {aten:.1f}  {off / on:.3f}")
+    geomean = math.exp(sum(map(math.log, gains)) / len(gains))
+    print(f"geomean off / on {geomean:.3f}, the rule faster on {sum(g > 1 for g in gains)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            meta = {"device": torch.cuda.get_device_name(), "dtype": args.dtype, "off": args.off}
+            json.dump({**meta, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
