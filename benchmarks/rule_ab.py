@@ -22,7 +22,6 @@ import functools
 import importlib
 import json
 import math
-import pkgutil
 import sys
 from collections.abc import Callable, Iterator
 
@@ -43,9 +42,12 @@ def bench(fn: Callable[[], object]) -> float:
 
 
 def package_modules() -> list:
-    """Every module of ``helion_ops``, imported."""
-    names = [f"helion_ops.{m.name}" for m in pkgutil.iter_modules(helion_ops.__path__)]
-    return [helion_ops, *(importlib.import_module(name) for name in names)]
+    """The modules of ``helion_ops`` imported so far (the only ones that can hold a rule)."""
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if name == "helion_ops" or name.startswith("helion_ops.")
+    ]
 
 
 def predicate(name: str) -> Callable[..., bool]:
