@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib
 import json
 import math
@@ -86,7 +85,7 @@ def forget_decisions() -> None:
     kernel.reset()
     for module in package_modules():
         for value in vars(module).values():
-            if isinstance(value, functools._lru_cache_wrapper):
+            if callable(getattr(value, "cache_clear", None)):
                 value.cache_clear()
 
 
