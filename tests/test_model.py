@@ -44,6 +44,9 @@ GENERAL_DRAW_CSV = SHAPE_SETS / "general_draw.csv"
 # classifier heads, DLRM's dense input), drawn on 2026-12-04 before any run: a class no
 # earlier set holds.
 NARROW_DRAW_CSV = SHAPE_SETS / "narrow_draw.csv"
+# A second draw of that class, on 2026-12-05 before any run, after the first had set the rules
+# of NOTES 133 (the first no longer holds them out).
+NARROW_SECOND_DRAW_CSV = SHAPE_SETS / "narrow_second_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -74,6 +77,7 @@ HELD_OUT_SETS = [
     (STREAM_SECOND_DRAW_CSV, 20),
     (GENERAL_DRAW_CSV, 18),
     (NARROW_DRAW_CSV, 18),
+    (NARROW_SECOND_DRAW_CSV, 18),
 ]
 
 
