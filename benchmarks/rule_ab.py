@@ -106,14 +106,18 @@ def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> dict:
     """One product's times and errors, as the runtime routes it now."""
     reference = a.double() @ b.double()
     with_bias = reference + bias.double()
-    return {
-        "us": bench(lambda: helion_ops.matmul(a, b)),
-        "aten_us": bench(lambda: torch.mm(a, b)),
+    # The eager calls first: they compile what the timed captures replay.
+    errors = {
         "rel_err": relative_error(helion_ops.matmul(a, b), reference),
         "aten_rel_err": relative_error(torch.mm(a, b), reference),
         "addmm_rel_err": relative_error(helion_ops.addmm(bias, a, b), with_bias),
         "aten_addmm_rel_err": relative_error(torch.addmm(bias, a, b), with_bias),
     }
+    times = {
+        "us": bench(lambda: helion_ops.matmul(a, b)),
+        "aten_us": bench(lambda: torch.mm(a, b)),
+    }
+    return {**times, **errors}
 
 
 def main(argv: list[str] | None = None) -> int:
