@@ -1050,8 +1050,10 @@ def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
         with pytest.raises(SystemExit):
             rule_ab.main(["--off", name, "--shape", "64x64x64"])
         assert name in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        rule_ab.main(["--off", "narrow_tiles.narrow_columns", "--shape", "64x64x64:rt"])
+    for bad in (["--shape", "64x64x64:rt"], ["--shape", "64x64x64", "--rounds", "0"]):
+        with pytest.raises(SystemExit):
+            rule_ab.main(["--off", "narrow_tiles.narrow_columns", *bad])
+        assert bad[-1] in capsys.readouterr().err
 
 
 def test_the_cpu_host_bench_times_every_row_in_turn():
