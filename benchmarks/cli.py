@@ -97,6 +97,13 @@ def _comma_list(text: str) -> tuple[str, ...]:
     return items
 
 
+def positive(text: str) -> int:
+    """A count of at least 1 (an argparse type)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive count, got {text!r}")
+    return int(text)
+
+
 def _gpus(text: str) -> str:
     if text != "all" and not (text.isdigit() and int(text) > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number or 'all', got {text!r}")

@@ -26,6 +26,7 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
 import helion_ops
+from benchmarks.cli import positive
 from benchmarks.host_overhead import fwd_bwd, per_call_us
 from helion_ops import checks, kernel, plans
 
@@ -49,13 +50,6 @@ def stub_launches() -> None:
     driver.set_active(FakeDriver())
     plans.default_launcher = lambda *args, **options: FakeCompiled()
     checks._fast_device = lambda t: True  # as on a GPU: no environment read
-
-
-def positive(text: str) -> int:
-    """A count of at least 1."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive count, got {text!r}")
-    return int(text)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,6 +28,7 @@ import torch
 import triton
 
 import helion_ops
+from benchmarks.cli import positive
 from helion_ops import kernel
 from helion_ops.dtype_names import torch_name
 from helion_ops.tune import operands, parse_shape
@@ -98,15 +99,6 @@ def parse_product(text: str) -> tuple[int, int, int, str]:
     return (*parse_shape(shape), layout)
 
 
-def rounds(text: str) -> int:
-    """``--rounds``: a positive whole number."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(
-            f"--rounds must be a whole number of 1 or more, got {text!r}"
-        )
-    return int(text)
-
-
 def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
     return ((out.double() - reference).abs().max() / reference.abs().max()).item()
 
@@ -137,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype", default="bfloat16", type=torch_name, choices=["bfloat16", "float16"]
     )
-    parser.add_argument("--rounds", type=rounds, default=2, help="at least 1 (default 2)")
+    parser.add_argument("--rounds", type=positive, default=2, help="at least 1 (default 2)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     try:
