@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import helion
@@ -139,12 +140,20 @@ def thin_split(m: int, n: int, k: int, sms: int) -> helion.Config:
     that it was measured with (``power_of_two_pieces``), now of equal length."""
     bm, bn, stages, warps = THIN_TILE
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    split = two_per_sm(tiles, k, sms, [1 << e for e in range(9)], k_block)
+    return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
+
+
+def two_per_sm(
+    tiles: int, k: int, sms: int, splits: Sequence[int], block: Callable[[int, int], int]
+) -> int:
+    """The split of ``splits`` whose programs (``tiles`` times K's pieces of ``block(k,
+    split)``) come nearest, by ratio, to two per SM; on a tie the first."""
 
     def distance(split: int) -> float:
-        return abs(math.log(tiles * math.ceil(k / k_block(k, split)) / (2 * sms)))
+        return abs(math.log(tiles * math.ceil(k / block(k, split)) / (2 * sms)))
 
-    split = min((1 << e for e in range(9)), key=distance)
-    return split_config(bm, bn, 64, power_of_two_pieces(k, split), stages, warps=warps)
+    return min(splits, key=distance)
 
 
 # A product of a few columns and a long K (``narrow_tiles.few_columns_long_k``: a LoRA A of
@@ -163,11 +172,7 @@ def few_columns_split(m: int, n: int, k: int, sms: int) -> helion.Config:
     tie the fewer."""
     bm, bn, stages, warps = FEW_COLUMNS_TILE
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
-
-    def distance(split: int) -> float:
-        return abs(math.log(tiles * math.ceil(k / split_k_block(k, split)) / (2 * sms)))
-
-    split = min(range(1, 65), key=distance)
+    split = two_per_sm(tiles, k, sms, range(1, 65), split_k_block)
     return split_config(bm, bn, 64, split, stages, warps=warps)
 
 
