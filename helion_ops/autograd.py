@@ -14,7 +14,7 @@ import torch
 from torch.autograd import forward_ad
 
 from helion_ops import native, ops, plans
-from helion_ops.checks import check_addmm_args, check_matmul_args, check_scalars
+from helion_ops.checks import check_addmm_args, check_matmul_args, scalars
 from helion_ops.kernel import launch_addmm, launch_mm
 
 
@@ -44,7 +44,7 @@ class AddMMFunction(torch.autograd.Function):
         alpha: float = 1.0,
         beta: float = 1.0,
     ) -> torch.Tensor:
-        check_scalars(alpha, beta)
+        alpha, beta = scalars(alpha, beta)
         out = ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
         ops.setup_addmm_context(ctx, (bias, mat1, mat2, alpha, beta), None)
         return out
@@ -89,7 +89,8 @@ class _TransformableAddMM(AddMMFunction):
         alpha: float = 1.0,
         beta: float = 1.0,
     ) -> torch.Tensor:
-        check_scalars(alpha, beta)
+        # Only _python_addmm applies this Function, with scalars already converted: its
+        # setup_context reads the inputs as given.
         return ops.addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
 
     @staticmethod
@@ -283,20 +284,22 @@ def addmm(
         mat2: [k, n] tensor of mat1's dtype and device.
         alpha: scale of the product; 0 never reads the product, as in BLAS.
         beta: scale of the bias; 0 ignores the bias entirely, NaN included.
+            Both are converted to float32 as torch converts them: one that rounds to 0
+            there counts as 0, and a finite one past float32's range is an error.
 
     Returns:
         [m, n] tensor of mat1's dtype (under ``torch.autocast``, of its dtype, as torch.addmm).
     """
+    alpha, beta = scalars(alpha, beta)
     if torch._C._is_any_autocast_enabled():
         bias, mat1, mat2 = _autocast(mat1, bias, mat1, mat2)
     if torch.compiler.is_compiling():
-        check_scalars(alpha, beta)
-        return ops.addmm(bias, mat1, mat2, float(alpha), float(beta), check_addmm_args)
+        return ops.addmm(bias, mat1, mat2, alpha, beta, check_addmm_args)
     fast = native.module
     if fast is None:
         if not native.started:
             native.start(mat1)
-    elif type(alpha) in (float, int) and type(beta) in (float, int) and plans.no_launch_hooks():
+    elif plans.no_launch_hooks():
         out = fast.addmm(bias, mat1, mat2, alpha, beta)  # as in matmul
         if out is None:
             out = _python_addmm(bias, mat1, mat2, alpha, beta)
@@ -313,8 +316,7 @@ def _python_addmm(
     if _transformed():  # as in matmul
         return _apply(_TransformableAddMM, bias, mat1, mat2, alpha, beta)
     if not _records_a_graph(bias, mat1, mat2):
-        check_scalars(alpha, beta)
-        return launch_addmm(bias, mat1, mat2, float(alpha), float(beta), check=check_addmm_args)
+        return launch_addmm(bias, mat1, mat2, alpha, beta, check=check_addmm_args)
     return _apply(AddMMFunction, bias, mat1, mat2, alpha, beta)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
+import sys
 
 import torch
 
@@ -19,18 +21,60 @@ def _shape(t: torch.Tensor) -> str:
     return str(tuple(t.shape))
 
 
+FLOAT32_MAX = torch.finfo(torch.float32).max
+# Half float32's least subnormal (2**-149): a magnitude at most this rounds to 0 in float32.
+_ROUNDS_TO_ZERO = 2.0**-150
+_INT64 = range(-(2**63), 2**63)
+
+
 def check_scalar(name: str, value: object) -> None:
-    if isinstance(value, torch.Tensor) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-
-
-def check_scalars(alpha: object, beta: object) -> None:
-    """addmm's alpha and beta: real numbers (checked before the launchers, whose fast path
-    skips the tensor checks but reads the scalars)."""
-    if type(alpha) in (float, int) and type(beta) in (float, int):
+    if _numpy_bool(value):
         return
-    check_scalar("alpha", alpha)
-    check_scalar("beta", beta)
+    if isinstance(value, torch.Tensor) or not isinstance(value, numbers.Real):
+        kind = type(value)
+        raise TypeError(f"{name} must be a real number, got {kind.__module__}.{kind.__name__}")
+
+
+def _numpy_bool(value: object) -> bool:
+    """A NumPy bool, which torch takes as a scalar but ``numbers.Real`` does not hold."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
+
+
+def scalar(name: str, value: object) -> float:
+    """addmm's ``alpha`` or ``beta`` as the float the kernels scale by, converted as torch
+    converts a Scalar to float32: a real number (a NumPy bool too; an int within int64), a
+    finite one at most float32's largest in magnitude (inf and NaN pass, as in torch), and
+    0.0 where float32 rounds it to 0, so that a scale of 0 in float32 never reads what it
+    scales. Checked before the launchers, whose fast path skips the tensor checks."""
+    if type(value) is not float:
+        check_scalar(name, value)
+        if type(value) is int and value not in _INT64:
+            raise OverflowError(f"{name}={value} does not fit in int64, as torch's scalars must")
+        value = float(value)  # type: ignore[arg-type]
+    if _ROUNDS_TO_ZERO < abs(value) <= FLOAT32_MAX or value == 0.0:
+        return value
+    if abs(value) <= _ROUNDS_TO_ZERO:
+        return 0.0
+    if math.isfinite(value):
+        raise ValueError(
+            f"{name}={value!r} cannot be converted to float32 without overflow "
+            f"(at most {FLOAT32_MAX:.8g} in magnitude; inf is allowed)"
+        )
+    return value  # inf or NaN
+
+
+def scalars(alpha: object, beta: object) -> tuple[float, float]:
+    """addmm's alpha and beta, each as :func:`scalar` (floats that float32 holds as they
+    are, the common case, in one expression)."""
+    if (
+        type(alpha) is float
+        and type(beta) is float
+        and (_ROUNDS_TO_ZERO < abs(alpha) <= FLOAT32_MAX or alpha == 0.0)
+        and (_ROUNDS_TO_ZERO < abs(beta) <= FLOAT32_MAX or beta == 0.0)
+    ):
+        return alpha, beta
+    return scalar("alpha", alpha), scalar("beta", beta)
 
 
 def check_matrix(name: str, t: object) -> None:

@@ -238,10 +238,10 @@ def addmm_backward(
     """Gradients of ``addmm(bias, mat1, mat2, alpha, beta)`` for all five inputs."""
     grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_bias = grad_out.sum_to_size(ctx.bias_shape)
-        # As torch's own addmm backward: beta == 1 costs no pass over an [m, n] gradient.
-        if ctx.beta != 1:
-            grad_bias = grad_bias * ctx.beta
+        # As torch's own addmm backward: scaled by beta (no pass over the gradient where beta
+        # is 1), then summed, so that a sum past the dtype's range times a small beta is not
+        # inf, nor NaN at beta 0.
+        grad_bias = (grad_out if ctx.beta == 1 else grad_out * ctx.beta).sum_to_size(ctx.bias_shape)
     needs = ctx.needs_input_grad[1:3]
     grad_mat1, grad_mat2 = _operand_grads(
         *ctx.saved_tensors, needs, grad_out, ctx.alpha, mm, mm_pair, ctx.column_major

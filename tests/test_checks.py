@@ -94,11 +94,67 @@ def test_bad_input_is_named_before_launch(op, args, error, message, monkeypatch)
     assert message in str(info.value)
 
 
+SCALAR_CASES = [
+    (1j, TypeError, "{} must be a real number, got builtins.complex"),
+    ("2", TypeError, "{} must be a real number, got builtins.str"),
+    (torch.tensor(2.0), TypeError, "{} must be a real number, got torch.Tensor"),
+    (None, TypeError, "{} must be a real number"),
+    # Finite but past float32's range, and an int past int64's: torch refuses both.
+    (1e39, ValueError, "{}=1e+39 cannot be converted to float32 without overflow"),
+    (-3.5e38, ValueError, "{}=-3.5e+38 cannot be converted to float32 without overflow"),
+    (2**70, OverflowError, "{}=1180591620717411303424 does not fit in int64"),
+]
+
+
 @pytest.mark.parametrize("name", ["alpha", "beta"])
-@pytest.mark.parametrize("value", [1j, "2", torch.tensor(2.0), None])
-def test_bad_scalars_are_named(name, value):
-    with pytest.raises(TypeError, match=f"{name} must be a real number"):
-        helion_ops.addmm(t(5), t(2, 3), t(3, 5), **{name: value})
+@pytest.mark.parametrize(
+    "value,error,message", SCALAR_CASES, ids=[c[2][3:24] for c in SCALAR_CASES]
+)
+@pytest.mark.parametrize("entry", ["addmm", "AddMMFunction"])
+def test_bad_scalars_are_named(name, value, error, message, entry, monkeypatch):
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a kernel was launched for bad input")
+
+    monkeypatch.setattr(kernel, "_run", no_launch)
+    monkeypatch.setattr(plans.LaunchPlan, "__call__", no_launch)
+    scales = {"alpha": 1.0, "beta": 1.0, name: value}
+    with pytest.raises(error) as info:
+        if entry == "addmm":
+            helion_ops.addmm(t(5), t(2, 3), t(3, 5), **scales)
+        else:
+            helion_ops.AddMMFunction.apply(t(5), t(2, 3), t(3, 5), *scales.values())
+    assert message.format(name) in str(info.value)
+
+
+def test_scales_are_converted_to_float32_as_torch_converts_them():
+    """alpha and beta reach the kernels as float32: one that rounds to 0 there is 0 (never
+    reading what it scales, NaN included), inf passes, and any real number torch takes (a
+    Fraction, a NumPy bool or float) is one, in the backward too."""
+    bias, a, b = t(5), t(4, 3), t(3, 5)
+    nan_a, nan_bias = a.clone(), torch.full_like(bias, float("nan"))
+    nan_a[1, 2] = float("nan")
+    torch.testing.assert_close(helion_ops.addmm(bias, nan_a, b, alpha=1e-50), bias.expand(4, 5))
+    torch.testing.assert_close(helion_ops.addmm(nan_bias, a, b, beta=-1e-46), a @ b)
+    assert helion_ops.addmm(bias, a, b, beta=float("inf")).isinf().all()
+    numpy = pytest.importorskip("numpy")
+    torch.testing.assert_close(
+        helion_ops.addmm(bias, a, b, alpha=numpy.bool_(True), beta=numpy.float32(0.5)),
+        torch.addmm(bias, a, b, beta=0.5),
+    )
+    from fractions import Fraction
+
+    grad_out = torch.randn(4, 5, device=DEVICE)
+    for entry in (helion_ops.addmm, helion_ops.AddMMFunction.apply):
+        inputs = [x.clone().requires_grad_() for x in (bias, a, b)]
+        if entry is helion_ops.addmm:
+            out = entry(*inputs, alpha=Fraction(3, 2), beta=Fraction(1, 2))
+        else:
+            out = entry(*inputs, Fraction(3, 2), Fraction(1, 2))
+        ours = [out, *torch.autograd.grad(out, inputs, grad_out)]
+        out = torch.addmm(*inputs, alpha=1.5, beta=0.5)
+        theirs = [out, *torch.autograd.grad(out, inputs, grad_out)]
+        for o, th in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(o, th)
 
 
 def test_cpu_tensors_need_an_interpreter(monkeypatch):

@@ -321,6 +321,22 @@ def test_addmm_replayed(extension, bias, alpha, beta):
 
 
 @needs_cuda
+def test_the_replayed_bias_gradient_is_scaled_before_it_is_summed(extension):
+    """As the Python path's (test_torch_semantics): 256 rows of about 3000 sum past fp16's
+    range; scaled by 1/64 first, as torch's, they do not."""
+    m, n, k, dtype, beta = 256, 128, 64, torch.float16, 1 / 64
+    bias = torch.randn(n, device="cuda", dtype=dtype).requires_grad_()
+    a, b = make((m, k), dtype), make((k, n), dtype)
+    grad_out = (2900 + 200 * torch.rand(m, n, device="cuda")).to(dtype)
+    theirs = torch.autograd.grad(torch.addmm(bias, a, b, beta=beta), [bias], grad_out)[0]
+    assert theirs.isfinite().all()
+    for call in range(3):
+        out = helion_ops.addmm(bias, a, b, beta=beta)
+        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+        torch.testing.assert_close(torch.autograd.grad(out, [bias], grad_out)[0], theirs)
+
+
+@needs_cuda
 def test_scales_of_1_and_others_on_one_key_each_replay_their_own(extension):
     """addmm's kernels leave out the multiplies of scales of 1 (``kernel.scaled_plus_bias``):
     the extension's key holds which scales are 1, so no call replays the forward or backward

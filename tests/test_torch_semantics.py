@@ -238,6 +238,26 @@ def test_scales_of_zero_in_the_backward_are_torchs(where):
         torch.testing.assert_close(o, t, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.125])
+@pytest.mark.parametrize("bias_shape", [(N,), (1, N), (M, 1)], ids=str)
+def test_the_bias_gradient_is_scaled_before_it_is_summed(beta, bias_shape):
+    """As torch's: grad_out times beta, then summed to the bias's shape. fp16 sums past its
+    range here (64 rows or 23 columns of about 3000), so summing first would give inf at
+    beta 0.125 and NaN at 0, where torch's are finite."""
+    fp16, rows = torch.float16, M if bias_shape == (M, 1) else 64
+    bias = torch.randn(bias_shape, dtype=fp16, device=DEVICE).requires_grad_()
+    a = torch.randn(rows, K, dtype=fp16, device=DEVICE)
+    b = torch.randn(K, N, dtype=fp16, device=DEVICE)
+    grad_out = (2900 + 200 * torch.rand(rows, N, device=DEVICE)).to(fp16)
+
+    def grad_of_bias(addmm):
+        return torch.autograd.grad(addmm(bias, a, b, beta=beta), [bias], grad_out)[0]
+
+    ours, theirs = grad_of_bias(helion_ops.addmm), grad_of_bias(torch.addmm)
+    assert theirs.isfinite().all() and (theirs != 0).any() == (beta != 0)
+    torch.testing.assert_close(ours, theirs)
+
+
 @pytest.mark.parametrize("alpha,beta", [(0.0, 1.0), (1.0, 0.0)])
 def test_scales_of_zero_in_tangents_are_torchs(alpha, beta):
     """Tangents follow torch's formula: a scale of 0 multiplies its term's tangent, so NaN and

@@ -296,8 +296,9 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
     const bool with_bias = ctx->saved_data.count("bias") > 0;
     variable_list result(6);
     if (with_bias && ctx->needs_input_grad(0)) {
-      at::Tensor grad_bias = at::sum_to(grad_out, ctx->saved_data["bias"].toIntVector());
-      result[0] = beta != 1 ? grad_bias * beta : grad_bias;
+      // Scaled, then summed, as in Python's addmm_backward.
+      result[0] = at::sum_to(beta != 1 ? grad_out * beta : grad_out,
+                             ctx->saved_data["bias"].toIntVector());
     }
     if (!need_a && !need_b) {
       return result;
