@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Benchmark helion_ops under tritonbench, one in-process tritonbench call per op,\n"
             "mode and input. With no --op, runs the standard suite (gemm and addmm, fwd and\n"
             "bwd) on a few representative shapes; --full runs every default shape of tritonbench\n"
-            "with torch.compile too. Unknown flags go to tritonbench as given."
+            "with torch.compile too. Unknown flags go to tritonbench as given (without\n"
+            "tritonbench, the built-in harness refuses those it does not know)."
         ),
         epilog=f"tritonbench (a pinned clone, which run_bench then uses):\n  {INSTALL_COMMAND}",
     )
@@ -306,6 +307,14 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{flag} must be a number, got {value!r}") from None
 
 
+def interpreter_bf16(where: str) -> str:
+    """Why --precision bf16 is refused where the kernels run in Triton's CPU interpreter."""
+    return (
+        f"--precision bf16: {where} the kernels run in Triton's CPU interpreter, whose bf16 "
+        "dot is wrong (helion's accuracy would read 0): give fp16 or fp32"
+    )
+
+
 def check_runnable(options: Options, gpu: bool) -> None:
     """Refuse what would run the CPU interpreter on full-size shapes (hours at full CPU).
 
@@ -321,6 +330,8 @@ def check_runnable(options: Options, gpu: bool) -> None:
     if not options.interpreter(gpu):
         return
     where = "without a GPU" if not gpu else "with --device cpu"
+    if options.precision == "bf16":
+        raise UsageError(interpreter_bf16(where))
     for flag, value in (("--input-id", options.input_id), ("--num-inputs", options.num_inputs)):
         if value is not None and options.sizes is None:
             raise UsageError(

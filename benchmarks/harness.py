@@ -64,10 +64,17 @@ def job_with_shapes(job: Job, options: Options) -> Job:
     """The job with the shapes tritonbench's own inputs would have been (--input-id, --num-inputs).
 
     Raises:
-        ValueError: a flag this harness would ignore (a metric it does not measure, a backend
-            it does not run, addmm's --bias-1D-y or --layout), a shape set only tritonbench has
-            (--llama, --splitk, ...), or an --input-id past the op's inputs.
+        ValueError: a flag this harness would ignore (one it does not know, a metric it does
+            not measure, a backend it does not run, addmm's --bias-1D-y or --layout), a shape
+            set only tritonbench has (--llama, --splitk, ...), or an --input-id past the op's
+            inputs.
     """
+    unknown = _parser().parse_known_args(list(options.passthrough))[1]
+    if unknown:
+        raise ValueError(
+            f"{' '.join(unknown)}: a flag neither run_bench.py nor the built-in harness knows "
+            f"(tritonbench, which would be given it, is not installed: {INSTALL_COMMAND})"
+        )
     runs = (BACKENDS[job.op].baseline, BACKENDS[job.op].helion)
     unknown = [name for name in (options.only or "").split(",") if name and name not in runs]
     if unknown:

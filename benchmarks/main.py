@@ -233,7 +233,9 @@ def _finish(
         if geomean is not None:
             print(f"helion's speedup over aten, now / then, geomean: {geomean:.3f}")
         why = regression(geomean)
-        if options.ci and why:
+        if latency_note is not None:  # the CPU interpreter's latencies gate nothing
+            print(f"Not a regression check: latency is {latency_note}.")
+        elif options.ci and why:
             failures.append(why)
     for failure in failures:
         print(f"CI failure: {failure}", file=sys.stderr)

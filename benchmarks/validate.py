@@ -28,7 +28,16 @@ import sys
 import threading
 from pathlib import Path
 
-from benchmarks.cli import OPS, PRECISIONS, precision_name
+import torch
+
+from benchmarks.cli import (
+    INTERPRETER_MAX_SIZE,
+    MODES,
+    OPS,
+    PRECISIONS,
+    interpreter_bf16,
+    precision_name,
+)
 from benchmarks.gpus import gpu_count, worker_env
 from benchmarks.main import main as run_bench
 
@@ -72,7 +81,11 @@ def read_shapes(path: Path) -> list[tuple[int, int, int]]:
     importing helion_ops imports Triton, which on the CPU run_bench must import only after
     setting TRITON_INTERPRET.)"""
     with path.open() as f:
-        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    try:
+        return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in rows]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: each row needs integer M, N and K columns ({err!r})") from err
 
 
 def dealt_out(units: list[tuple[str, str]], gpus: int) -> list[tuple[str, str, str]]:
@@ -199,11 +212,13 @@ def summarize(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """What fails before any measuring (else after all of it, in ``collect``)."""
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """What fails before any measuring (else once per run_bench call, or after all of it, in
+    ``collect``); returns the shapes to measure (none for --summarize-only)."""
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more")
-    for flag, given, known in (("--op", args.op, OPS), ("--precision", args.precision, PRECISIONS)):
+    flags = (("--op", args.op, OPS), ("--precision", args.precision, PRECISIONS))
+    for flag, given, known in (*flags, ("--mode", args.mode, MODES)):
         unknown = [value for value in given.split(",") if value not in known]
         if unknown:
             parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -214,11 +229,36 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--summarize-only: {out} is not a folder of an earlier run")
     if args.rounds == 1 and (out / "round0").is_dir():
         parser.error(f"--output-dir {out} holds a run of several --rounds: give its --rounds")
+    if args.summarize_only:
+        return []
+    try:
+        shapes = read_shapes(args.shapes)
+    except ValueError as err:
+        parser.error(f"--shapes {err}")
+    if args.max_dim:
+        shapes = [s for s in shapes if max(s) <= args.max_dim]
+    if not shapes:
+        within = f" with M, N and K at most --max-dim {args.max_dim}" if args.max_dim else ""
+        parser.error(f"--shapes {args.shapes}: no shape{within}")
+    if not args.gpus and torch.cuda.device_count() == 0:  # run_bench's CPU interpreter
+        if "bf16" in args.precision.split(","):
+            parser.error(interpreter_bf16("without a GPU"))
+        large = [s for s in shapes if max(s) > INTERPRETER_MAX_SIZE]
+        if large:
+            parser.error(
+                f"--shapes {args.shapes}: without a GPU the kernels run in Triton's CPU "
+                f"interpreter, on sizes up to {INTERPRETER_MAX_SIZE}; {len(large)} of its "
+                f"{len(shapes)} shapes are larger (such as {'x'.join(map(str, large[0]))}): "
+                f"give --max-dim {INTERPRETER_MAX_SIZE}, or run on a GPU"
+            )
+    return shapes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.validate", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.validate",
+        description=__doc__.splitlines()[0],
+        epilog="Other flags (such as --cudagraph) go to run_bench.py and tritonbench as given.",
     )
     parser.add_argument("--op", default="gemm,addmm")
     parser.add_argument(
@@ -255,11 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
-    _check(parser, args)
+    shapes = _check(parser, args)
     out = args.output_dir
     folders = [out] if args.rounds == 1 else [out / f"round{i}" for i in range(args.rounds)]
     status = 0
-    shapes = [s for s in read_shapes(args.shapes) if not args.max_dim or max(s) <= args.max_dim]
     units = [(op, p) for p in args.precision.split(",") for op in args.op.split(",")]
     count = 0
     if args.gpus and not args.summarize_only:

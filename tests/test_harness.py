@@ -130,6 +130,8 @@ def test_a_failing_backend_gets_an_error_cell(monkeypatch):
         (["--op", "addmm", "--bias-1D-y", "1"], "--bias-1D-y: the built-in harness's addmm"),
         (["--op", "addmm", "--layout", "nt"], "--layout: the built-in harness lays out gemm's"),
         (["--op", "gemm", "--input-id", "31"], "--input-id 31: gemm's inputs are 0 to 30"),
+        (["--op", "gemm", "--cudgraph"], "--cudgraph: a flag neither run_bench.py nor the"),
+        (["--op", "addmm", "--frobnicate", "3"], "--frobnicate 3: a flag neither"),
     ],
 )
 def test_flags_the_built_in_harness_would_ignore_are_refused(argv, message):

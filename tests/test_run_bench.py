@@ -160,9 +160,11 @@ def test_bad_command_lines_exit_2_with_a_reason(argv, message, capsys):
         (["--device", "cuda"], False, "--device cuda: this machine has no CUDA GPU"),
         (["--op", "gemm", "--input-id", "3"], False, "--input-id: without a GPU the run takes"),
         (["--op", "gemm", "--num-inputs", "2"], False, "--num-inputs: without a GPU"),
+        (["--precision", "bf16"], False, "--precision bf16: without a GPU the kernels run in"),
+        (["--precision", "bfloat16", "--device", "cpu"], True, "bf16: with --device cpu"),
     ],
 )
-def test_full_size_shapes_in_the_interpreter_are_refused(argv, gpu, message):
+def test_what_the_interpreter_cannot_run_is_refused(argv, gpu, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         check_runnable(parse_args(argv), gpu)
 
@@ -175,6 +177,8 @@ def test_full_size_shapes_in_the_interpreter_are_refused(argv, gpu, message):
         (["--m", "4096", *SIZES], True),
         (["--full"], True),
         (["--op", "gemm", "--llama"], True),
+        (["--precision", "bf16"], True),
+        (["--precision", "fp32"], False),
     ],
 )
 def test_what_the_interpreter_can_run_is_accepted(argv, gpu):
@@ -799,6 +803,14 @@ def test_a_run_stopped_mid_job_keeps_the_inputs_it_measured(fake_run, tmp_path, 
 # --- --compare -----------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def on_a_gpu(fake_run, monkeypatch):
+    """fake_run's main() as on a GPU machine: its latencies are meaningful, so --ci gates them."""
+    monkeypatch.setattr(main_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(main_module.torch.cuda, "get_device_name", lambda: "a GPU")
+    return fake_run
+
+
 def run_into(directory: Path, slowdown: float | None = None) -> int:
     FAKE_SLOWDOWN.clear()
     if slowdown is not None:
@@ -818,7 +830,7 @@ def test_compare_prints_ratios_and_passes_on_the_same_numbers(fake_run, tmp_path
     assert row.split()[-2:] == ["1", "1"]  # latency now / then, helion's speedup now / then
 
 
-def test_compare_with_ci_fails_on_a_regression_beyond_the_threshold(fake_run, tmp_path, capsys):
+def test_compare_with_ci_fails_on_a_regression_beyond_the_threshold(on_a_gpu, tmp_path, capsys):
     assert run_into(tmp_path / "then") == 0
     FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = 1 / (1 - REGRESSION_THRESHOLD) + 0.01
     argv = ["--output-dir", str(tmp_path / "now"), "--compare", str(tmp_path / "then")]
@@ -829,11 +841,24 @@ def test_compare_with_ci_fails_on_a_regression_beyond_the_threshold(fake_run, tm
     )
 
 
-def test_compare_within_the_threshold_passes(fake_run, tmp_path):
+def test_compare_within_the_threshold_passes(on_a_gpu, tmp_path):
     assert run_into(tmp_path / "then") == 0
     FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = 1.05
     argv = ["--output-dir", str(tmp_path / "now"), "--ci", "--compare", str(tmp_path / "then")]
     assert main_module.main(argv) == 0
+
+
+def test_compare_gates_no_ci_on_the_interpreter_s_latencies(fake_run, tmp_path, capsys):
+    """Without a GPU the latencies are the CPU interpreter's (noise of 0.1-0.8x between two
+    runs): the comparison is printed, but a slower run fails no --ci."""
+    assert run_into(tmp_path / "then") == 0
+    FAKE_SLOWDOWN["gemm"] = FAKE_SLOWDOWN["addmm"] = 2.0
+    argv = ["--output-dir", str(tmp_path / "now"), "--ci", "--compare", str(tmp_path / "then")]
+    assert main_module.main(argv) == 0
+    printed = capsys.readouterr()
+    assert "helion's speedup over aten, now / then, geomean: 0.5" in printed.out
+    assert "Not a regression check: latency is not meaningful (CPU interpreter)." in printed.out
+    assert "CI failure" not in printed.err
 
 
 def test_compare_reads_artifacts_in_subfolders_and_fails_ci_when_nothing_matches(tmp_path):
@@ -852,7 +877,7 @@ def test_compare_reads_artifacts_in_subfolders_and_fails_ci_when_nothing_matches
     assert regression(comparison(now, {})[1]).startswith("--compare: no helion row")
 
 
-def test_compare_never_reads_this_runs_own_files(fake_run, tmp_path, capsys):
+def test_compare_never_reads_this_runs_own_files(on_a_gpu, tmp_path, capsys):
     """An --output-dir inside the --compare folder (the default bench_results/<time> under
     --compare bench_results): the earlier run is read before this one writes, so a slower run
     still fails the gate rather than matching itself."""

@@ -149,17 +149,32 @@ def test_more_gpus_than_there_are_is_an_error(tmp_path, monkeypatch, capsys):
         (["--shapes", "/nonexistent.csv"], "--shapes /nonexistent.csv: no such file"),
         (["--summarize-only", "--output-dir", "/nonexistent"], "is not a folder of an earlier"),
         (["--rounds", "0"], "--rounds 0: give 1 or more"),
+        (["--mode", "fwdd"], "--mode: unknown fwdd; choose from fwd, bwd, fwd_bwd, fwd_no_grad"),
+        (["--shapes", "{bad}"], "bad.csv: each row needs integer M, N and K columns"),
+        (["--shapes", "{lower}"], "lower.csv: each row needs integer M, N and K columns"),
+        (["--shapes", "{empty}"], "empty.csv: no shape"),
+        (["--max-dim", "4", "--shapes", "{tiny}"], "no shape with M, N and K at most --max-dim 4"),
+        # Without a GPU, as run_bench.py refuses each of its calls (72 errors for the set).
+        (["--precision", "fp16"], "validation.csv: without a GPU the kernels run in Triton's"),
+        (["--shapes", "{tiny}"], "--precision bf16: without a GPU the kernels run in Triton's"),
     ],
 )
-def test_bad_command_lines_fail_before_any_measuring(argv, message, monkeypatch, capsys):
-    """Each measured every shape (or none) and then failed with a traceback."""
+def test_bad_command_lines_fail_before_any_measuring(argv, message, tmp_path, monkeypatch, capsys):
+    """Each measured every shape (or none) and then failed with a traceback, or failed once
+    a run_bench.py call."""
 
     def no_run(*args, **kwargs):
         raise AssertionError("a benchmark ran")
 
+    files = {"bad": "M,N,K\n12x,4,4\n", "lower": "m,n,k\n4,4,4\n", "empty": "M,N,K\n"}
+    files["tiny"] = "M,N,K\n40,24,56\n"
+    for name, text in files.items():
+        (tmp_path / f"{name}.csv").write_text(text)
+    argv = [arg.format(**{name: tmp_path / f"{name}.csv" for name in files}) for arg in argv]
     monkeypatch.setattr(validate, "run", no_run)
+    monkeypatch.setattr(validate.torch.cuda, "device_count", lambda: 0)
     with pytest.raises(SystemExit) as exit_info:
-        validate.main(argv)
+        validate.main([*argv, "--output-dir", str(tmp_path / "out")])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -214,6 +229,6 @@ def test_rounds_measure_into_a_folder_each(tmp_path, monkeypatch):
     monkeypatch.setattr(validate, "collect", lambda out: [])
     shapes = tmp_path / "shapes.csv"
     shapes.write_text("M,N,K,Bias,source\n40,24,56,,tiny\n")
-    argv = ["--op", "gemm,addmm", "--precision", "bf16", "--rounds", "2", "--shapes", str(shapes)]
+    argv = ["--op", "gemm,addmm", "--precision", "fp16", "--rounds", "2", "--shapes", str(shapes)]
     validate.main([*argv, "--output-dir", str(tmp_path)])
     assert ran == [tmp_path / "round0"] * 2 + [tmp_path / "round1"] * 2
