@@ -58,7 +58,14 @@ def main(argv: list[str] | None = None) -> None:
         "--calls", type=positive, default=20000, help="a batch (a tenth for fwd+bwd)"
     )
     parser.add_argument("--repeats", type=positive, default=5)
-    parser.add_argument("-p", "--profile", nargs="*", default=[], metavar="ROW")
+    parser.add_argument(
+        "-p",
+        "--profile",
+        nargs="*",
+        default=[],
+        metavar="ROW",
+        help="rows to profile, by name as printed (quoted where it has spaces)",
+    )
     args = parser.parse_args(argv)
     stub_launches()
     s, dtype = 256, torch.bfloat16
@@ -75,6 +82,11 @@ def main(argv: list[str] | None = None) -> None:
         "matmul fwd+bwd": fwd_bwd(helion_ops.matmul, g, la, lb),
         "addmm fwd+bwd": fwd_bwd(helion_ops.addmm, g, lbias, la, lb),
     }
+    unknown = [name for name in args.profile if name not in rows]
+    if unknown:
+        parser.error(
+            f"-p {', '.join(map(repr, unknown))}: the rows are {', '.join(map(repr, rows))}"
+        )
     batches = {
         name: (fn, max(1, args.calls // 10) if "bwd" in name else args.calls)
         for name, fn in rows.items()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import math
 import sys
@@ -54,6 +55,8 @@ def predicate(name: str) -> Callable[..., bool]:
     """The function ``name`` ("module.function") of ``helion_ops``; ValueError where there
     is none."""
     module_name, _, attr = name.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"--off {name!r}: give module.function, such as narrow_tiles.few_columns")
     try:
         module = importlib.import_module(f"helion_ops.{module_name}")
     except ImportError:
@@ -61,6 +64,8 @@ def predicate(name: str) -> Callable[..., bool]:
     function = getattr(module, attr, None)
     if not callable(function):
         raise ValueError(f"--off {name!r}: helion_ops.{module_name} has no function {attr!r}")
+    if inspect.signature(function).return_annotation not in (bool, "bool"):
+        raise ValueError(f"--off {name!r}: not a rule (a function annotated to return bool)")
     return function
 
 

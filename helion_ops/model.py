@@ -28,7 +28,7 @@ tile, and for pointer loads more than for tensor descriptors (H200, bf16:
 1.0-1.6x for each such operand): each candidate gets one factor for ``a`` and one for ``b``
 off lines (``dense_off_lines``), fit by least squares on the logarithm of measured over
 predicted time on the training shapes of such sizes. (The output's rows cost nothing
-measurable.) ``python -m helion_ops.model`` does the fit and reports how well the choice holds
+measurable.) ``python -m helion_ops.fit`` does the fit and reports how well the choice holds
 on shapes left out of it.
 
 The choice (``Model.plan``): the candidate of least predicted time (``Model.choose``: among
@@ -42,7 +42,7 @@ host time) and for backwards short enough not to hide it, ``EAGER_LAUNCH_MS``: t
 per-tile times (``a * steps + b`` a tile, one ``c``), with the second product's tiles
 filling the SMs the first one's last wave leaves idle (``busiest_sm``). The training grid's
 backwards that the model may pair are timed in one launch of each candidate as well
-(``pair_of``), to report how that choice holds on pairs left out (``evaluate``); a factor
+(``pair_of``), to report how that choice holds on pairs left out (``helion_ops.fit``); a factor
 per candidate for the pair kernel, fit on them, chose no better there (NOTES 86).
 
 A serving batch's forward (``batch_product``: 64 to 704 rows, operands row-major and 16-byte
@@ -60,7 +60,6 @@ import functools
 import heapq
 import json
 import math
-import statistics
 from importlib import resources
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -596,8 +595,8 @@ def fit(records: Iterable[dict], candidates: Sequence[helion.Config] = MODEL_CAN
     import numpy as np
     from scipy.optimize import nnls
 
-    keys = [_key(c) for c in candidates]
-    mine = [(keys.index(k), r) for r in records if (k := _key(r["config"])) in keys]
+    keys = [config_id(c) for c in candidates]
+    mine = [(keys.index(k), r) for r in records if (k := config_id(r["config"])) in keys]
     lines = [record_off_lines(r) for _, r in mine]
     rows: dict[tuple[int, str], list[tuple[tuple[int, int, int], float]]] = {}
     for (index, r), off in zip(mine, lines, strict=True):
@@ -683,134 +682,6 @@ def record_off_lines(record: dict) -> tuple[bool, bool]:
     return dense_off_lines(record["m"], record["n"], record["k"], record["layout"], itemsize)
 
 
-def _main(argv: list[str] | None = None) -> int:
-    """``python -m helion_ops.model RECORDS.jsonl --output tuned/sm90_model.json``: fit the
-    model to the tuner's training timings and report how its choice holds on shapes left out
-    of the fit (each shape's choice made by a model fit without it)."""
-    import argparse
-    from pathlib import Path
-
-    parser = argparse.ArgumentParser(
-        prog="python -m helion_ops.model", description=" ".join(_main.__doc__.split())
-    )
-    parser.add_argument(
-        "records", type=Path, help="JSON lines of python -m helion_ops.tune --training"
-    )
-    parser.add_argument("--output", type=Path, help="where to write the model (JSON)")
-    parser.add_argument(
-        "--batch",
-        action="store_true",
-        help="fit the serving batch's model (BATCH_CANDIDATES, on its records)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        lines = args.records.read_text().splitlines()
-    except OSError as err:
-        parser.error(f"{args.records}: {err.strerror}")
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError as err:
-            parser.error(f"{args.records}, line {number}: not JSON ({err})")
-    needed = {"config", "ms"}
-    missing = [n for n, r in enumerate(records, 1) if not isinstance(r, dict) or needed - r.keys()]
-    if not records or missing:
-        where = f"record {missing[0]} lacks config or ms" if missing else "no records"
-        parser.error(f"{args.records}: {where} (python -m helion_ops.tune --training writes them)")
-    candidates = BATCH_CANDIDATES if args.batch else MODEL_CANDIDATES
-    model = fit(records, candidates)
-    report = evaluate(records, candidates)
-    for line in report["lines"]:
-        print(line)
-    if args.output:
-        info = {
-            "fit_on": args.records.name,
-            "device": records[0].get("device"),
-            "timing": records[0].get("timing"),
-            "held_out": report["summary"],
-        }
-        args.output.write_text(json.dumps(model.to_json(**info), indent=1) + "\n")
-    return 0
-
-
-def _key(config: helion.Config | dict) -> str:
+def config_id(config: helion.Config | dict) -> str:
     """A config (or a record's) as a string that compares equal where the config does."""
     return json.dumps(dict(config), sort_keys=True)
-
-
-def evaluate(records: list[dict], candidates: Sequence[helion.Config] = MODEL_CANDIDATES) -> dict:
-    """Leave one shape out: for every training shape and layout, the time of the candidate a
-    model fit without that shape chooses, against the best candidate's and aten's; for a
-    backward's pair, the time of what it chooses (one launch of a candidate, or two launches)
-    against the best of these."""
-    shapes = sorted({(r["m"], r["n"], r["k"]) for r in records})
-    lines, lost, against_aten, pairs = [], [], [], []
-    for shape in shapes:
-        rest = [r for r in records if (r["m"], r["n"], r["k"]) != shape]
-        model = fit(rest, candidates)
-        for layout in sorted({r["layout"] for r in records if (r["m"], r["n"], r["k"]) == shape}):
-            here = [
-                r
-                for r in records
-                if (r["m"], r["n"], r["k"]) == shape and r["layout"] == layout and r.get("ms")
-            ]
-            timed = {_key(r["config"]): r["ms"] for r in here}
-            # A backward's pair: one launch of the chosen candidate, or two launches (as the
-            # runtime runs them) where the model predicts one no faster.
-            pair = len(layout) == 4
-            if pair:
-                timed["two"] = here[0]["two_launches_ms"]
-            best = min(timed.values())
-            if pair:
-                chosen = model.pair(*pair_products(here[0]))
-                got = timed["two"] if chosen is None else timed.get(_key(pair_of(chosen)))
-                if got is not None:
-                    pairs.append(best / got)
-                    lines.append(
-                        f"{'x'.join(map(str, shape))} {layout}: chosen {got:.4f} ms "
-                        f"({'two launches' if chosen is None else 'one'}), best {best:.4f}, "
-                        f"two launches {timed['two']:.4f}"
-                    )
-                continue
-            aligned = here[0].get("aligned", True)
-            sms, off_lines = here[0]["sms"], record_off_lines(here[0])
-            row_bytes = record_row_bytes(here[0])
-            chosen = model.choose(Product(*shape, layout, aligned, sms, off_lines, row_bytes))
-            got = timed.get(_key(chosen)) if chosen else None
-            if got is None:
-                continue
-            lost.append(best / got)
-            against_aten.append(here[0]["aten_ms"] / got)
-            lines.append(
-                f"{'x'.join(map(str, shape))} {layout}: chosen {got:.4f} ms, best {best:.4f}, "
-                f"aten {here[0]['aten_ms']:.4f} ({here[0]['aten_ms'] / got:.3f}x)"
-            )
-
-    def geomean(values: list[float]) -> float:
-        return statistics.geometric_mean(values) if values else float("nan")
-
-    summary = {
-        "keys": len(lost),
-        "chosen_over_best_geomean": round(geomean(lost), 3),
-        "chosen_over_best_min": round(min(lost, default=float("nan")), 3),
-        "aten_over_chosen_geomean": round(geomean(against_aten), 3),
-        "aten_over_chosen_min": round(min(against_aten, default=float("nan")), 3),
-        **(
-            {
-                "pairs": len(pairs),
-                "pair_chosen_over_best_geomean": round(geomean(pairs), 3),
-                "pair_chosen_over_best_min": round(min(pairs), 3),
-            }
-            if pairs
-            else {}
-        ),
-    }
-    lines.append(f"held out: {summary}")
-    return {"lines": lines, "summary": summary}
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

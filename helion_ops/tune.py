@@ -24,7 +24,7 @@ written when the run ends (``--budget-s`` ends it in time), with the GPU, versio
 keys already in it are skipped, so a run cut short resumes where it stopped (``--force``
 re-measures them). By default it is the user's own table, which the runtime reads over the
 shipped one: tune the shapes of your own model once. ``--training RECORDS`` instead times the wave
-model's candidates on its training grid, or on the ``--shape`` shapes (``helion_ops.model``),
+model's candidates on its training grid, or on the ``--shape`` shapes (``helion_ops.fit``),
 and each of them in the pair kernel on the backwards the model may run in one launch;
 ``--training RECORDS --batch`` the batch model's candidates on its grid's forwards.
 ``--pairs`` keeps only the keys of backwards' pairs.
@@ -520,13 +520,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         metavar="RECORDS",
         help="time the model's candidates on its training grid (or on the --shape shapes) "
-        "into RECORDS (JSON lines; fit with python -m helion_ops.model RECORDS); writes no table",
+        "into RECORDS (JSON lines; fit with python -m helion_ops.fit RECORDS); writes no table",
     )
     parser.add_argument(
         "--batch",
         action="store_true",
         help="with --training: the batch model's grid, its shapes' forwards (fit with python "
-        "-m helion_ops.model RECORDS --batch)",
+        "-m helion_ops.fit RECORDS --batch)",
     )
     parser.add_argument(
         "--pairs",
@@ -541,7 +541,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--autotune", action="store_true", help="also run Helion's autotuner")
     parser.add_argument("--force", action="store_true", help="re-measure keys in the table")
-    parser.add_argument("--budget-s", type=float, default=540, help="stop after this long")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=540,
+        help="stop after this many seconds (default 540); run again to resume",
+    )
     parser.add_argument(
         "--gpus",
         type=parse_gpus,

@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"helion_ops.warmup: error: {err}", file=sys.stderr)
         return 2
+    if not shapes:
+        print(f"helion_ops.warmup: error: {args.shapes}: no shapes", file=sys.stderr)
+        return 2
     if args.jobs < 1 or min((size for shape in shapes for size in shape), default=1) < 1:
         print("helion_ops.warmup: error: --jobs and every size must be 1 or more", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helion_ops import configs, kernel, loads, long_k, model, shapes, tune, warmup
+from helion_ops import configs, fit, kernel, loads, long_k, model, shapes, tune, warmup
 from helion_ops.candidates import config, flattened
 
 SHAPE_SETS = Path(__file__).parent.parent / "benchmarks" / "shapes"
@@ -335,7 +335,7 @@ def test_a_pair_records_products_are_the_backwards_as_tune_times_them():
 def test_leaving_shapes_out_reports_the_pair_choice_too():
     """Pairs are scored against the best of one launch of any candidate and two launches;
     with timings that follow the model the choice loses at most what ``PAIR_GAIN`` leaves."""
-    summary = model.evaluate(pair_records())["summary"]
+    summary = fit.evaluate(pair_records())["summary"]
     assert summary["pairs"] == 3
     assert model.PAIR_GAIN <= summary["pair_chosen_over_best_min"] <= 1.0
     # The fit reads single products only: the pairs' records change none of its parameters.
@@ -869,6 +869,21 @@ def test_the_fit_command_names_what_is_wrong_with_its_records(text, message, tmp
     if text is not None:
         records.write_text(text)
     with pytest.raises(SystemExit) as exit_info:
-        model._main([str(records)])
+        fit.main([str(records)])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["helion_ops.fit", "helion_ops.tune", "helion_ops.warmup"])
+def test_the_package_s_commands_run_without_a_second_copy_of_their_module(command):
+    """``python -m helion_ops.model`` printed runpy's RuntimeWarning first: the package had
+    imported the module already, so the command ran a second copy of it. Each command is a
+    module the package does not import."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-W", "error::RuntimeWarning", "-m", command, "--help"]
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"usage: python -m {command}" in done.stdout

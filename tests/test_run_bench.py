@@ -1071,10 +1071,18 @@ def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
         assert not configs.narrow_columns(16384, 60) and not narrow_tiles.narrow_columns(16384, 60)
     assert kernel.long_k_product(4096, 8, 8192, torch.bfloat16)
     assert configs.narrow_columns(16384, 60) and narrow_tiles.few_columns_long_k is rule
-    for name in ("narrow_tiles.nothing", "nowhere.few_rows", "narrow_tiles.FEW_COLUMNS"):
+    bad_names = {
+        "narrow_tiles.nothing": "has no function 'nothing'",
+        "nowhere.few_rows": "helion_ops has no module 'nowhere'",
+        "narrow_tiles.FEW_COLUMNS": "has no function 'FEW_COLUMNS'",
+        "narrow_tiles": "give module.function",
+        "kernel.reset": "not a rule (a function annotated to return bool)",
+    }
+    for name, message in bad_names.items():
         with pytest.raises(SystemExit):
             rule_ab.main(["--off", name, "--shape", "64x64x64"])
-        assert name in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"--off {name!r}: " in err and message in err
     for bad in (["--shape", "64x64x64:rt"], ["--shape", "64x64x64", "--rounds", "0"]):
         with pytest.raises(SystemExit):
             rule_ab.main(["--off", "narrow_tiles.narrow_columns", *bad])
@@ -1094,6 +1102,10 @@ def test_the_cpu_host_bench_times_every_row_in_turn():
         "matmul fwd+bwd", "addmm fwd+bwd",
     ]  # fmt: skip
     assert all(float(us) > 0 for _, us, _ in timed)
+    # A row to profile that is none of these is named before anything is timed.
+    done = subprocess.run([*argv, "-p", "bogus"], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 2 and "-p 'bogus': the rows are 'launch_mm'" in done.stderr
+    assert " us" not in done.stdout
 
 
 def test_the_precisions_run_bench_accepts_are_the_built_in_harness_dtypes():

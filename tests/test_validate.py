@@ -232,3 +232,19 @@ def test_rounds_measure_into_a_folder_each(tmp_path, monkeypatch):
     argv = ["--op", "gemm,addmm", "--precision", "fp16", "--rounds", "2", "--shapes", str(shapes)]
     validate.main([*argv, "--output-dir", str(tmp_path)])
     assert ran == [tmp_path / "round0"] * 2 + [tmp_path / "round1"] * 2
+
+
+def test_an_installed_package_carries_the_shape_sets():
+    """validate's default --shapes and the held-out draws are package data: a non-editable
+    install (pip install .) left them out."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(validate.__file__).parent.parent
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = data["tool"]["setuptools"]["package-data"]["benchmarks"]
+    shapes = sorted(
+        p.relative_to(root / "benchmarks") for p in (root / "benchmarks").glob("shapes/*")
+    )
+    assert validate.VALIDATION_CSV.relative_to(root / "benchmarks") in shapes
+    assert all(any(fnmatch.fnmatch(str(s), p) for p in patterns) for s in shapes)

@@ -84,6 +84,7 @@ def test_a_csv_without_integer_m_n_k_is_named(text, tmp_path):
         ("A,B\n1,2\n", [], "each row needs integer M, N and K"),
         ("M,N,K\n0,5,5\n", [], "every size must be 1 or more"),
         ("M,N,K\n4,5,5\n", ["--jobs", "0"], "--jobs and every size"),
+        ("M,N,K\n", [], "shapes.csv: no shapes"),  # "warmed 0" and exit 0 on a GPU
     ],
 )
 def test_bad_shapes_or_jobs_exit_2_before_the_gpu_check(text, argv, message, tmp_path, capsys):
