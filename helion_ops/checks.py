@@ -24,7 +24,7 @@ def _shape(t: torch.Tensor) -> str:
 FLOAT32_MAX = torch.finfo(torch.float32).max
 # Half float32's least subnormal (2**-149): a magnitude at most this rounds to 0 in float32.
 _ROUNDS_TO_ZERO = 2.0**-150
-_INT64 = range(-(2**63), 2**63)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def check_scalar(name: str, value: object) -> None:
@@ -49,7 +49,7 @@ def scalar(name: str, value: object) -> float:
     scales. Checked before the launchers, whose fast path skips the tensor checks."""
     if type(value) is not float:
         check_scalar(name, value)
-        if type(value) is int and value not in _INT64:
+        if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
             raise OverflowError(f"{name}={value} does not fit in int64, as torch's scalars must")
         value = float(value)  # type: ignore[arg-type]
     if _ROUNDS_TO_ZERO < abs(value) <= FLOAT32_MAX or value == 0.0:

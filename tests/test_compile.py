@@ -52,6 +52,22 @@ def test_compile_aot_eager():
     check_compiled("aot_eager")
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_scales_as_arguments_of_a_compiled_function(dynamic):
+    """alpha and beta passed in, so that dynamic=True traces them as symbolic ints and floats:
+    each converted as in eager mode (an int, a float, one that float32 rounds to 0)."""
+    torch._dynamo.reset()
+    bias, a, b = (torch.randn(s, device=DEVICE) for s in ((29,), (37, 50), (50, 29)))
+
+    def scaled(alpha, beta):
+        return helion_ops.addmm(bias, a, b, alpha=alpha, beta=beta)
+
+    compiled = torch.compile(scaled, backend="aot_eager", dynamic=dynamic, fullgraph=True)
+    for alpha, beta in ((0.5, 2.0), (3, 1), (1.5, 0.25), (1e-50, -2)):
+        theirs = torch.addmm(bias, a, b, alpha=0.0 if alpha == 1e-50 else alpha, beta=beta)
+        torch.testing.assert_close(compiled(alpha, beta), theirs)
+
+
 def _inductor_skip_reason() -> str | None:
     if HAS_CUDA:
         return None
