@@ -586,6 +586,18 @@ def test_last_wave_kernel(monkeypatch, dtype_mode, bias_shape, layout, rows):
     assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
 
 
+def test_the_last_wave_of_a_scaled_product_without_bias(monkeypatch):
+    """``launch_mm`` with alpha and no bias (the backward's products where no pair runs): the
+    tail's partial sums are scaled too (``check_matmul`` scales by 1 only)."""
+    split = configs.LastWaveSplit(64, eager=True)
+    monkeypatch.setattr(kernel, "last_wave_split", lambda a, b: split if a.shape[0] > 64 else None)
+    kernel.reset()
+    a, b = torch.randn(70, 90, device=DEVICE), torch.randn(90, 29, device=DEVICE)
+    out = kernel.launch_mm(a, b, 1.5)
+    assert_matches("last wave", out, 1.5 * (a @ b), 1.5 * (a.double() @ b.double()))
+    assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
+
+
 def test_deterministic_algorithms_keep_products_off_atomic_sums(monkeypatch):
     """Under torch.use_deterministic_algorithms(True) neither split-K's atomic adds nor the
     last-wave split (fp32 atomics, last bits varying from run to run) run: split-K products
@@ -742,6 +754,23 @@ def test_a_thin_addmm_splits_through_the_fast_path(monkeypatch, bias_shape):
         ref = alpha * (a.double() @ b.double()) + beta * bias.double()
         assert_matches(f"call {call}", out, want, ref)
     assert launched == [kernel.split_k_kernel]
+    # The fast path's split-K entry does not outlive the determinism switch.
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: True)
+    out = helion_ops.addmm(bias, a, b, alpha=alpha, beta=beta)
+    assert_matches("deterministic", out, want, ref)
+    assert launched[1:] == [kernel.split_k_pieces_kernel]
+
+
+def test_a_thin_split_on_the_fast_path_keeps_a_scale_of_zero():
+    """alpha 0 never reads the product, also once the split's plan serves the key."""
+    m, k, n = THIN_SPLITS[0]
+    fp16 = torch.float16
+    x, y = make((m, k), fp16).detach(), make((k, n), fp16).detach()
+    kernel.reset()
+    for _ in range(2):
+        kernel.launch_mm(x, y, 2.5)
+    nan_x = torch.full_like(x, float("nan"))
+    assert torch.equal(kernel.launch_mm(nan_x, y, 0.0), torch.zeros(m, n, dtype=fp16))
 
 
 @pytest.mark.parametrize("layout", ["rr", "cr", "rc"])

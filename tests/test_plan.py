@@ -583,3 +583,29 @@ def test_a_pair_with_one_operand_of_another_layout_never_reuses_a_plan(which):
         x1, y1, x2, y2 = operands
         assert_matches(f"{name}, first", one, 1.5 * x1 @ y1, 1.5 * x1.double() @ y1.double())
         assert_matches(f"{name}, second", two, 1.5 * x2 @ y2, 1.5 * x2.double() @ y2.double())
+
+
+@pytest.mark.parametrize("change", ["alignment of 0", "alignment of 1", "alignment of 2",
+                                    "alignment of 3", "dtype"])  # fmt: skip
+def test_a_pair_of_another_alignment_or_dtype_never_reuses_a_plan(change):
+    """As above, with one operand starting off 16 bytes, or all four in another dtype: each
+    gets a specialization of its own. (The interpreter reads any alignment, so the count of
+    plans is what shows a reused one: on a GPU it would load past its operand's start.)"""
+    kernel.reset()
+    a, b, g = (t.half() for t in (rand(40, 32), rand(32, 24), rand(40, 24)))
+    first = [g, b.T, a.T, g]
+    if change == "dtype":
+        other = [t.float() for t in first]
+    else:
+        other, which = list(first), int(change[-1])
+        x = first[which]
+        rows = x if x.is_contiguous() else x.T
+        moved = at_offset(tuple(rows.shape), 1, torch.float16).copy_(rows)
+        other[which] = moved if x.is_contiguous() else moved.T
+        assert other[which].data_ptr() % 16 != 0
+    for name, operands in (("first", first), (change, other)) * 2:
+        one, two = launch_mm_pair(*operands, 1.5)
+        x1, y1, x2, y2 = operands
+        assert_matches(f"{name}, first", one, 1.5 * x1 @ y1, 1.5 * x1.double() @ y1.double())
+        assert_matches(f"{name}, second", two, 1.5 * x2 @ y2, 1.5 * x2.double() @ y2.double())
+    assert len(kernel._compiled) == 2

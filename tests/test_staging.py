@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import DEVICE
+from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make
 
 from helion_ops import kernel, loads, staging
@@ -112,6 +113,16 @@ def test_staged_matmul_against_float64(always_stage, dtype_mode, layout):
     assert (45, 37) in always_stage  # grad_out
     assert always_stage.count((45, 37)) == 1
     assert all(loads.tma_aligned(*operands) for operands in _compiled_operands())
+
+
+def test_a_staged_product_keeps_its_scale(always_stage):
+    """``launch_mm`` with alpha, no bias (the backward's products take it where no pair
+    runs): staged, then scaled."""
+    a = torch.randn(45, 64, dtype=torch.float16, device=DEVICE)
+    b = torch.randn(64, 37, dtype=torch.float16, device=DEVICE)
+    out = kernel.launch_mm(a, b, 2.5)
+    assert always_stage
+    assert_matches("staged", out, 2.5 * (a @ b), 2.5 * (a.double() @ b.double()))
 
 
 @pytest.mark.parametrize("dtype_mode", [torch.float32, torch.float16], indirect=True, ids=str)

@@ -41,8 +41,9 @@ def negated_at(which: str, names: tuple[str, ...], fn):
 
 @dtypes
 @pytest.mark.parametrize("which", ["mat1", "mat2"])
-def test_matmul_reads_a_negative_bit(dtype_mode, which):
-    a, b = fresh(M, K, dtype=dtype_mode), fresh(K, N, dtype=dtype_mode)
+@pytest.mark.parametrize("m,n", [(M, N), (N, M)])  # (with m <= n mat1 is the pair's second a)
+def test_matmul_reads_a_negative_bit(dtype_mode, which, m, n):
+    a, b = fresh(m, K, dtype=dtype_mode), fresh(K, n, dtype=dtype_mode)
     names = ("mat1", "mat2")
     for _ in range(2):  # the second call of a key takes the fast path
         check_fwd_bwd(
