@@ -8,6 +8,7 @@ executes the kernel body as eager PyTorch; that needs a CPU ``aten::mm.dtype``, 
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch
@@ -104,6 +105,11 @@ def python_path_only(monkeypatch):
         native.ready(None)
     monkeypatch.setattr(native, "module", None)
     monkeypatch.setattr(native, "started", True)
+    # As a finished build: else a tool's wait for it (``native.ready``, the plugin's warm-up
+    # on a CPU tensor) would wait out its 600 s for a build never begun.
+    built = threading.Event()
+    built.set()
+    monkeypatch.setattr(native, "_built", built)
 
 
 _cpu_mm_dtype_lib = None
