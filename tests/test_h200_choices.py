@@ -11,7 +11,7 @@ import torch
 from conftest import HAS_CUDA
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helion_ops import configs, narrow_tiles, staging
+from helion_ops import configs, long_k, narrow_tiles, staging
 from helion_ops.kernel import (
     long_k_product,
     matmul_kernel,
@@ -108,3 +108,20 @@ def test_unstaged_rows_of_2_bytes_take_the_models_pointer_tile():
     staged, transposed, config = choice(matmul_kernel, a, b)
     assert not staged and not transposed
     assert config.config["indexing"] == "pointer"
+
+
+def test_a_thin_product_with_a_off_16_bytes_is_never_staged():
+    """64x4096x4097 (a's rows 8194 bytes, off 16): thin, so the few-rows rules' narrow tiles,
+    never staged, though the model alone predicts that a copy of a pays there."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(operand(64, 4097, False)), on_gpu(operand(4097, 4096, False))
+        assert narrow_tiles.few_rows(x, y)
+        assert not staging.worth_staging(x, y)
+
+
+def test_a_long_k_of_exactly_8_times_the_output_splits():
+    """``long_k.few_tiles_long_k``'s bound holds K of 8x the larger output side (fp32, so
+    that neither the batch nor the few-columns rules answer instead)."""
+    assert long_k.few_tiles_long_k(256, 256, 2048)
+    assert long_k_product(256, 256, 2048, torch.float32)
+    assert not long_k_product(256, 256, 2047, torch.float32)
