@@ -21,7 +21,7 @@ import contextlib
 import importlib
 import inspect
 import json
-import math
+import statistics
 import sys
 from collections.abc import Callable, Iterator
 
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         aten = min(r["aten_us"] for r in mine)
         gains.append(off / on)
         print(f"{m}x{n}x{k} {layout}: {on:.1f} | {off:.1f} | {aten:.1f}  {off / on:.3f}")
-    geomean = math.exp(sum(map(math.log, gains)) / len(gains))
+    geomean = statistics.geometric_mean(gains)
     print(f"geomean off / on {geomean:.3f}, the rule faster on {sum(g > 1 for g in gains)}")
     if args.json:
         with open(args.json, "w") as f:
