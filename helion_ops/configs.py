@@ -22,8 +22,9 @@ transposed operand gets its own entry. The answer, in order:
    else ``pair_rule``; a product of a few rows (``narrow_tiles.few_rows``: thin, of at most 32
    rows and a long K, or its weight off 16 bytes) narrow tiles of its own
    (``narrow_tiles.few_rows_config``), and so does a product of a few columns, transposed
-   (``narrow_tiles.few_columns``; where those do not pay it splits over K on tiles of 16
-   columns, ``long_k.few_columns_split``, at 4 stages); a tall product of 9 to 64 columns
+   (``narrow_tiles.few_columns``; where those do not pay, or under 4096 rows with a K of
+   2048 or more, it splits over K on tiles of 16 columns, ``long_k.few_columns_split``, at 4
+   stages); a tall product of 9 to 64 columns
    that loads by tensor descriptors alone runs tiles of 64 columns at 4 stages
    (``narrow_tiles.narrow_columns``); a flattened candidate with a K loop of 8 to 16 steps
    runs as many pipeline stages as shared memory holds, beside a bias tile too

@@ -129,14 +129,26 @@ def pipeline_k(config: helion.Config) -> int:
     return config.config["num_stages"] * config.config["block_sizes"][2]
 
 
+# Under FEW_COLUMNS_ROWS rows a few columns' product is too short for a wave of narrow tiles, and
+# the model's tiles give fewer programs still (2048x1x4096: 16 of 128x128), each streaming a
+# long run of ``a``: from FEW_COLUMNS_SPLIT_K it splits over K as a long one does, in pieces
+# for about two programs an SM (``long_k.few_columns_split``).
+FEW_COLUMNS_SPLIT_K = 2048
+
+
 def few_columns_long_k(m: int, n: int, k: int, itemsize: int) -> bool:
     """Whether an fp16 or bf16 ``m x n x k`` product of a few columns splits over K
-    (``long_k.few_columns_split``): at most ``FEW_COLUMNS`` columns over at least
-    ``FEW_COLUMNS_ROWS`` rows, where a few rows' narrow tiles of the transposed product do
-    not pay (``narrow_tiles_pay``: too little in flight, or 32 columns over a K of at least
-    twice M). In effect 4096 to 4160 rows, where those tiles are 32 columns wide: from 4161
-    they are 64 and taken to pay (not measured past 4160 rows)."""
-    return n <= FEW_COLUMNS and m >= FEW_COLUMNS_ROWS and not narrow_tiles_pay(n, m, k, itemsize)
+    (``long_k.few_columns_split``): at most ``FEW_COLUMNS`` columns over more than
+    ``THIN_ROWS`` rows, and under ``FEW_COLUMNS_ROWS`` rows a K of at least
+    ``FEW_COLUMNS_SPLIT_K``; from ``FEW_COLUMNS_ROWS`` rows where a few rows' narrow tiles of
+    the transposed product do not pay (``narrow_tiles_pay``: too little in flight, or 32
+    columns over a K of at least twice M), in effect 4096 to 4160 rows, where those tiles are
+    32 columns wide: from 4161 they are 64 and taken to pay (not measured past 4160 rows)."""
+    if n > FEW_COLUMNS or m <= THIN_ROWS:
+        return False
+    if m < FEW_COLUMNS_ROWS:
+        return k >= FEW_COLUMNS_SPLIT_K
+    return not narrow_tiles_pay(n, m, k, itemsize)
 
 
 # Tall products of 9 to NARROW_COLUMNS columns that load by tensor descriptors alone (N off

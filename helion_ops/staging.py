@@ -77,19 +77,29 @@ def staged(
 def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` has an unaligned operand and is predicted faster with every such
     operand copied into aligned rows, the copies' time included. fp16 and bf16 products
-    without a table entry on a GPU with a model; decided once per ``operands_key``. Never a
-    product of a few rows on narrow tiles of its own (``narrow_tiles.few_rows``: thin, narrow, or
-    its weight off 16 bytes): reading the weight is all their time, which a copy would
-    double."""
+    without a table entry on a GPU with a model; decided once per ``operands_key``. A
+    product of a few rows on narrow tiles of its own (``narrow_tiles.few_rows``: thin, narrow,
+    or its weight off 16 bytes) copies only its few rows, and only where they are laid out
+    column by column (``few_rows_worth_copying``): reading the weight is all its time, which
+    a copy of the weight would double."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
     if few_rows(a, b):
-        return False
+        return few_rows_worth_copying(a, b)
     key = operands_key(a, b)
     decision = _decisions.get(key)
     if decision is None:
         decision = _decisions[key] = _predicted_faster(a, b)
     return decision
+
+
+def few_rows_worth_copying(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a few rows' ``a`` (``narrow_tiles.few_rows``), unaligned, is copied: laid out
+    column by column (columns of under 16 bytes: the weight gradient ``a.T @ grad_out`` of a
+    rank-4 LoRA B, 4x5120x8192) beside an aligned weight. Unstaged, its narrow tiles load
+    both operands by pointer in one stage (``few_rows_config``), the weight too; the copy,
+    at most 64 x K, costs a launch beside reading the weight."""
+    return a.stride(0) == 1 and tma_aligned(b)
 
 
 def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -161,8 +161,21 @@ def test_few_columns_over_a_long_k_split_over_k():
         assert (bm, bn) == (128, 16)
         programs = m // bm * -(-k // model.split_k_block(k, chosen["split_k"]))
         assert programs == 256  # 32 row tiles in 8 pieces: nearest 264
-    # Narrow tiles that pay (64 columns from 4160 rows), or too few rows or too many columns.
-    for m, n, k in ((8192, 8, 4096), (4608, 8, 16384), (4095, 8, 8192), (4096, 9, 8192)):
+    # Under 4096 rows (too short for a wave of narrow tiles) from a K of 2048.
+    for m, n, k in ((4095, 8, 8192), (2048, 1, 2048), (65, 8, 4096)):
+        assert narrow_tiles.few_columns_long_k(m, n, k, 2)
+        assert long_k_product(m, n, k, torch.bfloat16)
+        assert long_k.split_rule(m, n, k, 132).config["block_sizes"][:2] == [128, 16]
+    # Narrow tiles that pay (64 columns from 4160 rows), a K too short, rows of a thin
+    # product (its own split) or too many columns.
+    for m, n, k in (
+        (8192, 8, 4096),
+        (4608, 8, 16384),
+        (4095, 8, 2047),
+        (64, 8, 4096),
+        (4096, 9, 8192),
+        (2048, 9, 8192),
+    ):
         assert not narrow_tiles.few_columns_long_k(m, n, k, 2)
 
 

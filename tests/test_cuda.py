@@ -578,6 +578,21 @@ def test_a_few_columns_product_of_a_long_k_splits_over_k(monkeypatch, m, k, n):
     assert launched[0] is kernel.split_k_kernel
 
 
+def test_a_rank_4_lora_bs_weight_gradient_copies_its_few_rows(monkeypatch):
+    """8192x5120x4: the weight gradient a.T @ grad_out (4x5120x8192, a.T's columns of 8
+    bytes) copies a.T (``staging.few_rows_worth_copying``) for the narrow tiles; forward and
+    backward against float64."""
+    kernel.reset()
+    copied = []
+    real_copy = staging.aligned_copy
+    monkeypatch.setattr(
+        staging, "aligned_copy", lambda t: copied.append(tuple(t.shape)) or real_copy(t)
+    )
+    a, b = make((8192, 4), torch.bfloat16), make((4, 5120), torch.bfloat16)
+    check_matmul(a, b)
+    assert (4, 8192) in copied
+
+
 def test_a_router_of_60_experts_runs_64_columns_tiles(monkeypatch):
     """16384x60x2048 (``narrow_tiles.narrow_columns``): b staged onto rows of 64, then the
     plain kernel on 128x64 tensor-descriptor tiles; forward and backward against float64."""

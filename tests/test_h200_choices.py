@@ -119,6 +119,22 @@ def test_a_thin_product_with_a_off_16_bytes_is_never_staged():
         assert not staging.worth_staging(x, y)
 
 
+def test_a_few_rows_laid_out_by_column_are_copied_for_the_narrow_tiles():
+    """The weight gradient of a rank-4 LoRA B, 8192x5120x4 (a.T @ grad_out: 4x5120x8192,
+    a.T's columns of 8 bytes): the few rows are copied (``staging.few_rows_worth_copying``)
+    and the copy runs the narrow tiles on tensor descriptors, where unstaged both operands,
+    the weight too, would load by pointer in one stage."""
+    a, b = operand(4, 8192, True), operand(8192, 5120, False)
+    staged, transposed, config = choice(matmul_kernel, a, b)
+    assert staged and not transposed
+    assert config == narrow_tiles.few_rows_config(4, 5120, tma=False)
+    copy = staging.aligned_copy(a)
+    assert choice(matmul_kernel, copy, b)[2] == narrow_tiles.few_rows_config(4, 5120, tma=True)
+    # Beside a weight off 16 bytes, or laid out by rows (K off 16 bytes): not copied.
+    assert not choice(matmul_kernel, a[:, :8191], operand(8191, 5121, False))[0]
+    assert not choice(matmul_kernel, operand(4, 8191, False), operand(8191, 5120, False))[0]
+
+
 def test_a_long_k_of_exactly_8_times_the_output_splits():
     """``long_k.few_tiles_long_k``'s bound holds K of 8x the larger output side (fp32, so
     that neither the batch nor the few-columns rules answer instead)."""

@@ -247,13 +247,16 @@ def test_few_columns_run_transposed(dtype_mode, n, b_transposed, bias_shape, mon
     assert launched[0] is kernel.transposed_kernel
 
 
-# A product of a few columns whose narrow tiles would not pay (``few_columns_long_k``: here made
-# of 64 rows or more, so that the interpreter runs it quickly) splits over K. (fp16: bf16 runs
-# in Helion's ref mode here, which has no split-K.)
+# A product of a few columns whose narrow tiles would not pay, or of too few rows for them and a
+# long K (``few_columns_long_k``: here made of 64 rows or more, or a K of 512 or more, so that
+# the interpreter runs it quickly) splits over K. (fp16: bf16 runs in Helion's ref mode here,
+# which has no split-K.)
 @pytest.mark.parametrize("dtype_mode", [torch.float16], indirect=True, ids=str)
 @pytest.mark.parametrize("n, bias_shape", [(1, None), (8, (8,)), (3, (96, 3))], ids=str)
-def test_few_columns_over_a_long_k_split_over_k(dtype_mode, n, bias_shape, monkeypatch):
-    monkeypatch.setattr(narrow_tiles, "FEW_COLUMNS_ROWS", 64)
+@pytest.mark.parametrize("bound", [("FEW_COLUMNS_ROWS", 64), ("FEW_COLUMNS_SPLIT_K", 512)], ids=str)
+def test_few_columns_over_a_long_k_split_over_k(dtype_mode, n, bias_shape, bound, monkeypatch):
+    monkeypatch.setattr(narrow_tiles, *bound)
+    kernel.reset()  # (both bounds give the same specialization: each must choose it)
     launched = launches(monkeypatch)
     a, b = make((96, 512), dtype_mode), make((512, n), dtype_mode)
     assert narrow_tiles.few_columns_long_k(96, n, 512, a.element_size())
