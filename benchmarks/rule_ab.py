@@ -9,8 +9,9 @@ round to round), every compiled specialization and cached decision is dropped
 (``kernel.reset``, the package's ``functools`` caches), then each product's forward
 (``helion_ops.matmul``) and ``torch.mm`` are timed under CUDA graphs (the measure of
 tritonbench's ``--cudagraph``), with the errors of ``matmul`` and ``addmm`` (a bias of N)
-against float64 over the largest reference value, aten's beside them. It prints each
-product's best time on and off and their geomean ratio, and ``--json`` writes every row.
+against float64 over the largest reference value, aten's beside them. Each row is printed
+(and ``--json`` rewritten) as it is measured, so that a run cut short keeps what it timed;
+at the end it prints each product's best time on and off and their geomean ratio.
 Use shapes that are not in ``benchmarks/shapes/validation.csv``.
 """
 
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for m, n, k, layout in args.shape:
         a, b = operands(m, n, k, layout, dtype)
         products.append(((m, n, k, layout), a, b, torch.randn(n, device="cuda", dtype=dtype)))
+    meta = {"device": torch.cuda.get_device_name(), "dtype": args.dtype, "off": args.off}
     rows = []
     for round_ in range(args.rounds):
         for rule in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
@@ -157,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                 for (m, n, k, layout), a, b, bias in products:
                     row = {"shape": f"{m}x{n}x{k}", "layout": layout, "rule": rule}
                     rows.append({**row, "round": round_, **measure(a, b, bias)})
+                    print(json.dumps(rows[-1]), flush=True)
+                    if args.json:
+                        with open(args.json, "w") as f:
+                            json.dump({**meta, "rows": rows}, f, indent=1)
     forget_decisions()
     print(f"rule {' '.join(args.off)}: best us on | off | aten, and off / on")
     gains = []
@@ -168,10 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m}x{n}x{k} {layout}: {on:.1f} | {off:.1f} | {aten:.1f}  {off / on:.3f}")
     geomean = statistics.geometric_mean(gains)
     print(f"geomean off / on {geomean:.3f}, the rule faster on {sum(g > 1 for g in gains)}")
-    if args.json:
-        with open(args.json, "w") as f:
-            meta = {"device": torch.cuda.get_device_name(), "dtype": args.dtype, "off": args.off}
-            json.dump({**meta, "rows": rows}, f, indent=1)
     return 0
 
 

@@ -1089,6 +1089,33 @@ def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
         assert bad[-1] in capsys.readouterr().err
 
 
+def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys):
+    """A run of ``benchmarks.rule_ab`` cut short (a timeout's signal, here on the third
+    product) has printed, and written to ``--json``, every row it measured before."""
+    import torch
+
+    from benchmarks import rule_ab
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    monkeypatch.setattr(rule_ab, "operands", lambda *args: (None, None))
+    monkeypatch.setattr(rule_ab.torch, "randn", lambda *args, **kwargs: None)
+    monkeypatch.setattr(rule_ab, "forget_decisions", lambda: None)
+    times = iter([{"us": 2.0, "aten_us": 3.0}, {"us": 4.0, "aten_us": 3.0}])
+    monkeypatch.setattr(rule_ab, "measure", lambda *operands: next(times))
+    path = tmp_path / "ab.json"
+    argv = ["--off", "narrow_tiles.narrow_columns", "--shape", "64x64x64", "--shape", "96x8x4096"]
+    with pytest.raises(StopIteration):
+        rule_ab.main([*argv, "--rounds", "1", "--json", str(path)])
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    written = json.loads(path.read_text())
+    assert printed == written["rows"] and written["device"] == "a GPU"
+    assert [(r["shape"], r["rule"], r["us"]) for r in printed] == [
+        ("64x64x64", "on", 2.0),
+        ("96x8x4096", "on", 4.0),
+    ]
+
+
 def test_the_cpu_host_bench_times_every_row_in_turn():
     """``benchmarks.host_overhead_cpu`` in a process of its own (it stubs Triton's launches
     for the whole process): every row timed, batches interleaved as on the GPU."""
