@@ -107,17 +107,19 @@ FEW_COLUMNS_ROWS = 4096
 
 def few_columns(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b`` runs transposed on a few rows' narrow tiles (``FEW_COLUMNS``): fp16
-    or bf16, at most ``FEW_COLUMNS`` columns, at least ``FEW_COLUMNS_ROWS`` rows, ``b``'s
-    rows back to back (contiguous), both operands loadable by tensor descriptors (the tiles
-    measured; b's rows of 2 or 4 columns are not, unless staged), a K that fills the tiles'
-    pipeline, and the tiles paying as a thin product's would (``narrow_tiles_pay``; else the
-    product splits over K: ``few_columns_long_k``)."""
+    or bf16, at most ``FEW_COLUMNS`` columns, at least ``FEW_COLUMNS_ROWS`` rows, ``b``
+    row-major (its rows back to back, or each on a line of its own as a staged copy's: the
+    backward's grad_out of 4 columns, copied for ``grad_out @ mat2.T``, which
+    ``mat1.T @ grad_out`` reads too), both operands loadable by tensor descriptors (the
+    tiles measured; b's rows of 2 or 4 columns are not, unless staged), a K that fills the
+    tiles' pipeline, and the tiles paying as a thin product's would (``narrow_tiles_pay``;
+    else the product splits over K: ``few_columns_long_k``)."""
     (m, k), n = a.shape, b.shape[1]
     return (
         a.dtype in (torch.float16, torch.bfloat16)
         and n <= FEW_COLUMNS
         and m >= FEW_COLUMNS_ROWS
-        and b.is_contiguous()
+        and (b.stride(1) == 1 or n == 1)
         and tma_aligned(a, b)
         and k >= pipeline_k(few_rows_config(n, m, tma=True))
         and narrow_tiles_pay(n, m, k, a.element_size())

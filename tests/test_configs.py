@@ -25,6 +25,7 @@ from helion_ops import (
     pipelines,
     plans,
     shapes,
+    staging,
     tune,
 )
 from helion_ops.kernel import (
@@ -131,6 +132,11 @@ def test_few_columns_products():
         assert not narrow_tiles.few_columns(router[0][:4095], router[1])  # rows
         assert not narrow_tiles.few_columns(router[0], torch.empty(1024, 9, dtype=dtype))
         assert not narrow_tiles.few_columns(router[0], torch.empty(1024, 4, dtype=dtype))  # 8 bytes
+        # Rows of 4 columns staged, each on a line of its own (the backward's grad_out, copied
+        # for grad_out @ mat2.T, as mat1.T @ grad_out reads it): row-major, not contiguous.
+        staged = staging.aligned_copy(torch.empty(8192, 4, dtype=dtype))
+        mat1_t = torch.empty(8192, 5120, dtype=dtype).T
+        assert not staged.is_contiguous() and narrow_tiles.few_columns(mat1_t, staged)
         # b column-major loads along K in vectors: the model's tiles (call 313); one column
         # is the same memory either way (nn.Linear's weight.T of one output).
         assert not narrow_tiles.few_columns(router[0], torch.empty(8, 1024, dtype=dtype).T)

@@ -593,6 +593,20 @@ def test_a_rank_4_lora_bs_weight_gradient_copies_its_few_rows(monkeypatch):
     assert (4, 8192) in copied
 
 
+def test_a_rank_4_lora_as_weight_gradient_reads_the_staged_grad_out_transposed(monkeypatch):
+    """8192x4x5120: the backward copies grad_out (rows of 8 bytes) for grad_out @ mat2.T, and
+    mat1.T @ grad_out reads that copy on the few columns' transposed narrow tiles
+    (``narrow_tiles.few_columns``), not on 128x128 tiles; forward and backward against
+    float64."""
+    from test_ops import launches
+
+    kernel.reset()
+    launched = launches(monkeypatch)
+    a, b = make((8192, 5120), torch.bfloat16), make((5120, 4), torch.bfloat16)
+    check_matmul(a, b)
+    assert kernel.transposed_kernel in launched[1:]
+
+
 def test_a_router_of_60_experts_runs_64_columns_tiles(monkeypatch):
     """16384x60x2048 (``narrow_tiles.narrow_columns``): b staged onto rows of 64, then the
     plain kernel on 128x64 tensor-descriptor tiles; forward and backward against float64."""

@@ -247,6 +247,21 @@ def test_few_columns_run_transposed(dtype_mode, n, b_transposed, bias_shape, mon
     assert launched[0] is kernel.transposed_kernel
 
 
+@pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
+def test_few_columns_whose_rows_lie_each_on_a_line_run_transposed(dtype_mode, monkeypatch):
+    """b of 4 columns, each row on a 128-byte line of its own (as a staged copy's): row-major
+    though not contiguous, it runs transposed as a contiguous b does; forward and backward
+    against float64."""
+    monkeypatch.setattr(narrow_tiles, "FEW_COLUMNS_ROWS", 192)
+    monkeypatch.setattr(narrow_tiles, "narrow_tiles_pay", lambda *sizes: True)
+    launched = launches(monkeypatch)
+    a = make((192, 1024), dtype_mode)
+    b = torch.randn(1024, 64, dtype=dtype_mode, device=DEVICE)[:, :4].detach().requires_grad_()
+    assert narrow_tiles.few_columns(a.detach(), b.detach()) and not b.is_contiguous()
+    check_matmul(a, b)
+    assert launched[0] is kernel.transposed_kernel
+
+
 # A product of a few columns whose narrow tiles would not pay, or of too few rows for them and a
 # long K (``few_columns_long_k``: here made of 64 rows or more, or a K of 512 or more, so that
 # the interpreter runs it quickly) splits over K. (fp16: bf16 runs in Helion's ref mode here,
