@@ -97,8 +97,9 @@ def few_rows_worth_copying(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether a few rows' ``a`` (``narrow_tiles.few_rows``), unaligned, is copied: laid out
     column by column (columns of under 16 bytes: the weight gradient ``a.T @ grad_out`` of a
     rank-4 LoRA B, 4x5120x8192) beside an aligned weight. Unstaged, its narrow tiles load
-    both operands by pointer in one stage (``few_rows_config``), the weight too; the copy,
-    at most 64 x K, costs a launch beside reading the weight."""
+    both operands by pointer in one stage (``few_rows_config``), the weight too, and a thin
+    product's split over K loads ``a`` a column of a few elements at a time; the copy, at
+    most 64 x K, costs a launch beside reading the weight."""
     return a.stride(0) == 1 and tma_aligned(b)
 
 
