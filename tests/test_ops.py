@@ -225,40 +225,31 @@ def test_rows_on_16_bytes_run_transposed(dtype_mode, bias_shape, monkeypatch):
 # A product of a few columns (``narrow_tiles.few_columns``: a router of 8 experts, a value head
 # of one output) runs transposed on a few rows' tiles; one output's b has rows of 2 bytes,
 # which the transposed kernel otherwise never takes (one column: the same memory whether b is
-# row- or column-major).
+# row- or column-major). b of 4 columns whose rows lie each on a 128-byte line of their own (as
+# a staged copy's: "lines") is row-major though not contiguous, and runs transposed too.
 @pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
 @pytest.mark.parametrize(
-    "n, b_transposed, bias_shape",
-    [(1, False, None), (1, True, (192, 1)), (8, False, (8,))],
+    "n, b_layout, bias_shape",
+    [(1, "rows", None), (1, "columns", (192, 1)), (8, "rows", (8,)), (4, "lines", None)],
     ids=str,
 )
-def test_few_columns_run_transposed(dtype_mode, n, b_transposed, bias_shape, monkeypatch):
+def test_few_columns_run_transposed(dtype_mode, n, b_layout, bias_shape, monkeypatch):
     # (192 rows whose narrow tiles are taken to pay, so that the interpreter runs it quickly;
     # with fewer, a K of 1024 would make it a few tiles' long-K product.)
     monkeypatch.setattr(narrow_tiles, "FEW_COLUMNS_ROWS", 192)
     monkeypatch.setattr(narrow_tiles, "narrow_tiles_pay", lambda *sizes: True)
     launched = launches(monkeypatch)
-    a, b = make((192, 1024), dtype_mode), make((1024, n), dtype_mode, transposed=b_transposed)
+    a = make((192, 1024), dtype_mode)
+    if b_layout == "lines":
+        b = torch.randn(1024, 64, dtype=dtype_mode, device=DEVICE)[:, :n].detach().requires_grad_()
+        assert not b.is_contiguous()
+    else:
+        b = make((1024, n), dtype_mode, transposed=b_layout == "columns")
     assert narrow_tiles.few_columns(a.detach(), b.detach())
     if bias_shape is None:
         check_matmul(a, b)
     else:
         check_addmm(make(bias_shape, dtype_mode), a, b, alpha=0.75, beta=-2.0)
-    assert launched[0] is kernel.transposed_kernel
-
-
-@pytest.mark.parametrize("dtype_mode", [torch.float16, torch.bfloat16], indirect=True, ids=str)
-def test_few_columns_whose_rows_lie_each_on_a_line_run_transposed(dtype_mode, monkeypatch):
-    """b of 4 columns, each row on a 128-byte line of its own (as a staged copy's): row-major
-    though not contiguous, it runs transposed as a contiguous b does; forward and backward
-    against float64."""
-    monkeypatch.setattr(narrow_tiles, "FEW_COLUMNS_ROWS", 192)
-    monkeypatch.setattr(narrow_tiles, "narrow_tiles_pay", lambda *sizes: True)
-    launched = launches(monkeypatch)
-    a = make((192, 1024), dtype_mode)
-    b = torch.randn(1024, 64, dtype=dtype_mode, device=DEVICE)[:, :4].detach().requires_grad_()
-    assert narrow_tiles.few_columns(a.detach(), b.detach()) and not b.is_contiguous()
-    check_matmul(a, b)
     assert launched[0] is kernel.transposed_kernel
 
 
