@@ -416,13 +416,9 @@ def test_an_lm_head_of_odd_vocabulary_runs_staged(monkeypatch, chosen_configs, d
     against float64, every kernel on aligned operands, every product on tensor descriptors
     (each has 50257 along an operand's contiguous dimension, where pointer loads would be of
     one element: 2.15 ms against 0.68 for the forward on the H200)."""
-    from helion_ops import staging
+    from test_ops import staged_copies
 
-    copies = []
-    aligned_copy = staging.aligned_copy
-    monkeypatch.setattr(
-        staging, "aligned_copy", lambda t: copies.append(tuple(t.shape)) or aligned_copy(t)
-    )
+    copies = staged_copies(monkeypatch)
     kernel.reset()
     m, n, k = 2048, 50257, 768
     a, b = make((m, k), dtype_mode), make((k, n), dtype_mode)
@@ -582,12 +578,10 @@ def test_a_rank_4_lora_bs_weight_gradient_copies_its_few_rows(monkeypatch):
     """8192x5120x4: the weight gradient a.T @ grad_out (4x5120x8192, a.T's columns of 8
     bytes) copies a.T (``staging.few_rows_worth_copying``) for the narrow tiles; forward and
     backward against float64."""
+    from test_ops import staged_copies
+
     kernel.reset()
-    copied = []
-    real_copy = staging.aligned_copy
-    monkeypatch.setattr(
-        staging, "aligned_copy", lambda t: copied.append(tuple(t.shape)) or real_copy(t)
-    )
+    copied = staged_copies(monkeypatch)
     a, b = make((8192, 4), torch.bfloat16), make((4, 5120), torch.bfloat16)
     check_matmul(a, b)
     assert (4, 8192) in copied

@@ -10,7 +10,16 @@ from conftest import DEVICE, DTYPES
 from reference import assert_matches
 
 import helion_ops
-from helion_ops import AddMMFunction, MatMulFunction, configs, kernel, long_k, model, narrow_tiles
+from helion_ops import (
+    AddMMFunction,
+    MatMulFunction,
+    configs,
+    kernel,
+    long_k,
+    model,
+    narrow_tiles,
+    staging,
+)
 
 dtypes = pytest.mark.parametrize("dtype_mode", DTYPES, indirect=True, ids=str)
 
@@ -205,6 +214,15 @@ def launches(monkeypatch) -> list:
         kernel, "_run", lambda k, *args, **kw: launched.append(k) or real_run(k, *args, **kw)
     )
     return launched
+
+
+def staged_copies(monkeypatch) -> list:
+    """The shapes of the operands ``staging.aligned_copy`` copies from now on, in order."""
+    copies, real_copy = [], staging.aligned_copy
+    monkeypatch.setattr(
+        staging, "aligned_copy", lambda t: copies.append(tuple(t.shape)) or real_copy(t)
+    )
+    return copies
 
 
 # b's rows of 40 fp16/bf16 elements (80 bytes) lie on 16 bytes but not 32: the forward runs

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import DEVICE
 from reference import assert_matches
-from test_ops import check_addmm, check_matmul, make
+from test_ops import check_addmm, check_matmul, make, staged_copies
 
 from helion_ops import kernel, loads, staging
 from helion_ops.model import Product, shipped_model
@@ -89,14 +89,7 @@ def test_rows_of_8_bytes_are_staged_where_the_copy_pays(m, n, k, stages):
 @pytest.fixture
 def always_stage(monkeypatch):
     """Stage every unaligned operand (the CPU has no model to decide), counting the copies."""
-    copies = []
-    aligned_copy = staging.aligned_copy
-
-    def counted(t):
-        copies.append(tuple(t.shape))
-        return aligned_copy(t)
-
-    monkeypatch.setattr(staging, "aligned_copy", counted)
+    copies = staged_copies(monkeypatch)
     monkeypatch.setattr(staging, "worth_staging", lambda a, b: not loads.tma_aligned(a, b))
     kernel.reset()
     return copies
