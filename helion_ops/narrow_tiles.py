@@ -112,8 +112,8 @@ def few_columns(a: torch.Tensor, b: torch.Tensor) -> bool:
     backward's grad_out of 4 columns, copied for ``grad_out @ mat2.T``, which
     ``mat1.T @ grad_out`` reads too), both operands loadable by tensor descriptors (the
     tiles measured; b's rows of 2 or 4 columns are not, unless staged), a K that fills the
-    tiles' pipeline, and the tiles paying as a thin product's would (``narrow_tiles_pay``;
-    else the product splits over K: ``few_columns_long_k``)."""
+    tiles' pipeline, and the tiles paying (``few_columns_tiles_pay``; else the product splits
+    over K: ``few_columns_long_k``)."""
     (m, k), n = a.shape, b.shape[1]
     return (
         a.dtype in (torch.float16, torch.bfloat16)
@@ -122,8 +122,31 @@ def few_columns(a: torch.Tensor, b: torch.Tensor) -> bool:
         and (b.stride(1) == 1 or n == 1)
         and tma_aligned(a, b)
         and k >= pipeline_k(few_rows_config(n, m, tma=True))
-        and narrow_tiles_pay(n, m, k, a.element_size())
+        and few_columns_tiles_pay(m, n, k, a.element_size())
     )
+
+
+def few_columns_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
+    """Whether an ``m x n x k`` product of a few columns runs the narrow tiles of its
+    transposed product rather than a split over K: they pay as that thin product's would
+    (``narrow_tiles_pay``), and it is not one of ``eight_columns_split``."""
+    return narrow_tiles_pay(n, m, k, itemsize) and not eight_columns_split(m, n, k)
+
+
+# At FEW_COLUMNS columns (b's rows of 16 bytes) over 4096 to 4160 rows, where the transposed
+# product's narrow tiles are 32 columns wide (128 programs), those fall behind the split over K
+# (``few_columns_long_k``) from a K of EIGHT_COLUMNS_SPLIT_K, short of the twice M from which a
+# thin product's would. On an H100 (bf16, under CUDA graphs, call 315, NOTES 136; one round):
+# 4096x8x5120 split 13.6 us against 20.7 (aten 14.2), 4096x8x7168 26.2 against 31.1; the
+# narrow tiles 1.10x faster at 4096x8x3072, and 1.08-1.14x at 4096x4x6144 and 4096x1x6144.
+EIGHT_COLUMNS_SPLIT_K = 5120
+
+
+def eight_columns_split(m: int, n: int, k: int) -> bool:
+    """Whether a product of ``FEW_COLUMNS`` columns splits over K where its transposed
+    product's narrow tiles are 32 columns wide: from a K of ``EIGHT_COLUMNS_SPLIT_K``."""
+    columns = few_rows_config(n, m, tma=True).config["block_sizes"][1]
+    return n == FEW_COLUMNS and columns == 32 and k >= EIGHT_COLUMNS_SPLIT_K
 
 
 def pipeline_k(config: helion.Config) -> int:
@@ -142,15 +165,16 @@ def few_columns_long_k(m: int, n: int, k: int, itemsize: int) -> bool:
     """Whether an fp16 or bf16 ``m x n x k`` product of a few columns splits over K
     (``long_k.few_columns_split``): at most ``FEW_COLUMNS`` columns over more than
     ``THIN_ROWS`` rows, and under ``FEW_COLUMNS_ROWS`` rows a K of at least
-    ``FEW_COLUMNS_SPLIT_K``; from ``FEW_COLUMNS_ROWS`` rows where a few rows' narrow tiles of
-    the transposed product do not pay (``narrow_tiles_pay``: too little in flight, or 32
-    columns over a K of at least twice M), in effect 4096 to 4160 rows, where those tiles are
-    32 columns wide: from 4161 they are 64 and taken to pay (not measured past 4160 rows)."""
+    ``FEW_COLUMNS_SPLIT_K``; from ``FEW_COLUMNS_ROWS`` rows where the narrow tiles of the
+    transposed product do not pay (``few_columns_tiles_pay``), in effect 4096 to 4160 rows,
+    where those tiles are 32 columns wide, from a K of twice M (at ``FEW_COLUMNS`` columns
+    from ``EIGHT_COLUMNS_SPLIT_K``): from 4161 they are 64 and taken to pay (not measured
+    past 4160 rows)."""
     if n > FEW_COLUMNS or m <= THIN_ROWS:
         return False
     if m < FEW_COLUMNS_ROWS:
         return k >= FEW_COLUMNS_SPLIT_K
-    return not narrow_tiles_pay(n, m, k, itemsize)
+    return not few_columns_tiles_pay(m, n, k, itemsize)
 
 
 # Tall products of 9 to NARROW_COLUMNS columns that load by tensor descriptors alone (N off
