@@ -145,8 +145,7 @@ EIGHT_COLUMNS_SPLIT_K = 5120
 def eight_columns_split(m: int, n: int, k: int) -> bool:
     """Whether a product of ``FEW_COLUMNS`` columns splits over K where its transposed
     product's narrow tiles are 32 columns wide: from a K of ``EIGHT_COLUMNS_SPLIT_K``."""
-    columns = few_rows_config(n, m, tma=True).config["block_sizes"][1]
-    return n == FEW_COLUMNS and columns == 32 and k >= EIGHT_COLUMNS_SPLIT_K
+    return n == FEW_COLUMNS and k >= EIGHT_COLUMNS_SPLIT_K and narrow_tile_columns(n, m) == 32
 
 
 def pipeline_k(config: helion.Config) -> int:
@@ -221,6 +220,11 @@ def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     return plain_config(bm, columns, 128 if columns == 128 else 256, 4, 4, "flat")
 
 
+def narrow_tile_columns(m: int, n: int) -> int:
+    """The columns of a few rows' narrow tiles on tensor descriptors (``few_rows_config``)."""
+    return few_rows_config(m, n, tma=True).config["block_sizes"][1]
+
+
 # The bytes of the weight that a thin product's narrow tiles keep in flight, at the least:
 # (programs) x (stages - 1) x (a stage's tile of the weight). Below it a thin product splits
 # over K instead, its programs about two an SM. On the H200 (bf16, calls 250-251, NOTES 114):
@@ -246,6 +250,5 @@ def narrow_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
     graphs, NOTES 115): 3x3072x8192 14.3 us against 19.6 (aten 16.0-16.7; calls 255-256),
     8x3584x18944 35.7 against 40.3 (39.8-40.1); 1x2560x10240 the other way, 21.4 against
     19.6 (17.1-17.3). With 64 columns, 4x6144x24576 split 94.0 us against 70.8 (71.5)."""
-    columns = few_rows_config(m, n, tma=True).config["block_sizes"][1]
-    long_k = m <= NARROW_ROWS and columns == 32 and k >= 2 * n
+    long_k = m <= NARROW_ROWS and narrow_tile_columns(m, n) == 32 and k >= 2 * n
     return narrow_in_flight(m, n, itemsize) and not long_k
