@@ -136,10 +136,11 @@ def few_columns_tiles_pay(m: int, n: int, k: int, itemsize: int) -> bool:
 # At FEW_COLUMNS columns (b's rows of 16 bytes) over 4096 to 4160 rows, where the transposed
 # product's narrow tiles are 32 columns wide (128 programs), those fall behind the split over K
 # (``few_columns_long_k``) from a K of EIGHT_COLUMNS_SPLIT_K, short of the twice M from which a
-# thin product's would. On an H100 (bf16, under CUDA graphs, call 315, NOTES 136; one round):
-# 4096x8x5120 split 13.6 us against 20.7 (aten 14.2), 4096x8x7168 26.2 against 31.1; the
-# narrow tiles 1.10x faster at 4096x8x3072, and 1.08-1.14x at 4096x4x6144 and 4096x1x6144.
-EIGHT_COLUMNS_SPLIT_K = 5120
+# thin product's would. On an H100 (bf16, under CUDA graphs, NOTES 136): 4096x8x4096 split
+# 10.7 us against 11.1 (aten 9.7), 4096x8x4608 11.7 against 15.6 (10.9; call 317, two rounds);
+# 4096x8x5120 13.6 against 20.7, 4096x8x7168 26.2 against 31.1 (call 315); the narrow tiles
+# 1.10x faster at 4096x8x3072, and 1.08-1.14x at 4096x4x6144 and 4096x1x6144 (call 315).
+EIGHT_COLUMNS_SPLIT_K = 4096
 
 
 def eight_columns_split(m: int, n: int, k: int) -> bool:
@@ -167,8 +168,8 @@ def few_columns_long_k(m: int, n: int, k: int, itemsize: int) -> bool:
     ``FEW_COLUMNS_SPLIT_K``; from ``FEW_COLUMNS_ROWS`` rows where the narrow tiles of the
     transposed product do not pay (``few_columns_tiles_pay``), in effect 4096 to 4160 rows,
     where those tiles are 32 columns wide, from a K of twice M (at ``FEW_COLUMNS`` columns
-    from ``EIGHT_COLUMNS_SPLIT_K``): from 4161 they are 64 and taken to pay (not measured
-    past 4160 rows)."""
+    from ``EIGHT_COLUMNS_SPLIT_K``): from 4161 they are 64 and pay (at 8 columns on an H100,
+    call 317: 1.03-1.12x faster than the split from 6144 rows; 5120x8x5120 1.05x slower)."""
     if n > FEW_COLUMNS or m <= THIN_ROWS:
         return False
     if m < FEW_COLUMNS_ROWS:

@@ -172,14 +172,14 @@ def test_few_columns_over_a_long_k_split_over_k():
         assert narrow_tiles.few_columns_long_k(m, n, k, 2)
         assert long_k_product(m, n, k, torch.bfloat16)
         assert long_k.split_rule(m, n, k, 132).config["block_sizes"][:2] == [128, 16]
-    # 8 columns on tiles of 32 (4096 to 4160 rows) from a K of 5120 (``eight_columns_split``,
+    # 8 columns on tiles of 32 (4096 to 4160 rows) from a K of 4096 (``eight_columns_split``,
     # NOTES 136); K short of that, tiles of 64 (4161 rows), or 4 columns keep the narrow tiles.
     for m in (4096, 4160):
-        assert narrow_tiles.eight_columns_split(m, 8, 5120)
-        assert narrow_tiles.few_columns_long_k(m, 8, 5120, 2)
-        assert not narrow_tiles.few_columns_tiles_pay(m, 8, 5120, 2)
-        assert narrow_tiles.few_columns_tiles_pay(m, 8, 5119, 2)
-        assert narrow_tiles.narrow_tiles_pay(8, m, 5120, 2)  # (a thin product's still pay)
+        assert narrow_tiles.eight_columns_split(m, 8, 4096)
+        assert narrow_tiles.few_columns_long_k(m, 8, 4096, 2)
+        assert not narrow_tiles.few_columns_tiles_pay(m, 8, 4096, 2)
+        assert narrow_tiles.few_columns_tiles_pay(m, 8, 4095, 2)
+        assert narrow_tiles.narrow_tiles_pay(8, m, 4096, 2)  # (a thin product's still pay)
     assert not narrow_tiles.eight_columns_split(4161, 8, 7168)
     assert not narrow_tiles.eight_columns_split(4096, 4, 7168)
     assert narrow_tiles.few_columns_tiles_pay(4161, 8, 7168, 2)

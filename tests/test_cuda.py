@@ -555,7 +555,9 @@ def test_a_few_columns_product_runs_transposed_on_narrow_tiles(monkeypatch, m, k
     assert launched[0] is kernel.transposed_kernel
 
 
-@pytest.mark.parametrize("m,k,n", [(4096, 8192, 8), (4096, 16384, 1), (4096, 6144, 8)], ids=str)
+@pytest.mark.parametrize(
+    "m,k,n", [(4096, 8192, 8), (4096, 16384, 1), (4096, 6144, 8), (4096, 4096, 8)], ids=str
+)
 def test_a_few_columns_product_of_a_long_k_splits_over_k(monkeypatch, m, k, n):
     """A LoRA A of rank 8, a value head's (``narrow_tiles.few_columns_long_k``): the split-K
     kernel on 16 columns' tiles; forward and backward against float64, with a bias too."""
