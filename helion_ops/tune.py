@@ -43,6 +43,7 @@ import re
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import helion
@@ -615,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
                 wait(futures)
             except KeyboardInterrupt:
                 wait(futures)  # the workers, interrupted as well, return what they measured
-            results = [future.result() for future in futures]
+            results = [worker_result(gpu, future) for gpu, future in enumerate(futures)]
     found = {k: v for part, _, _ in results for k, v in part.items()}
     records = [r for _, part, _ in results for r in part]
     # Ctrl-C keeps what was measured (a later run resumes after it) and exits as interrupted.
@@ -632,6 +633,18 @@ def main(argv: list[str] | None = None) -> int:
     write_table(output, entries, arch, command)
     print(f"{output}: {len(entries)} entries, {len(found)} of its keys measured in this run")
     return status
+
+
+def worker_result(gpu: int, future: Future) -> tuple[dict, list, bool]:
+    """What GPU ``gpu``'s worker process measured; nothing, as interrupted, where Ctrl-C
+    reached it outside its timing loop. Before its first key its call returns the interrupt,
+    and the other GPUs' keys still reach the table; between calls its process ends, the pool
+    ends the others too, and the run exits as interrupted rather than with a traceback."""
+    try:
+        return future.result()
+    except (KeyboardInterrupt, BrokenProcessPool):
+        print(f"[gpu {gpu}] interrupted before it returned what it measured", flush=True)
+        return {}, [], True
 
 
 def _add_record(

@@ -7,6 +7,8 @@ import gzip
 import itertools
 import json
 import math
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -592,6 +594,20 @@ def test_ctrl_c_in_tuning_keeps_what_was_measured(monkeypatch, tmp_path, capsys)
     argv = ["--only", "gemm", "--shape", "64x32x16", "--output", str(output)]
     assert tune.main(argv) == 130
     assert [e["m"] for e in json.loads(output.read_text())["entries"]] == [64]
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt(), BrokenProcessPool("ended")], ids=str)
+def test_a_gpu_worker_cut_outside_its_loop_leaves_the_others_keys(failure, capsys):
+    """With several GPUs, Ctrl-C may reach a worker before its first key (its call then
+    returns the interrupt) or between calls (its process ends, the pool broken): that worker
+    counts as interrupted with nothing measured, and what another returned is kept."""
+    measured = Future()
+    measured.set_result(({"key": {"ms": 1.0}}, [], True))
+    cut = Future()
+    cut.set_exception(failure)
+    assert tune.worker_result(0, measured) == ({"key": {"ms": 1.0}}, [], True)
+    assert tune.worker_result(1, cut) == ({}, [], True)
+    assert "[gpu 1] interrupted before it returned what it measured" in capsys.readouterr().out
 
 
 def test_tune_gpus_flag():
