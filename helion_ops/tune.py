@@ -612,11 +612,13 @@ def main(argv: list[str] | None = None) -> int:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(gpus, mp_context=context) as pool:
             futures = [pool.submit(tune_keys, i, share, args) for i, share in enumerate(shares)]
+            interrupted = False
             try:
                 wait(futures)
             except KeyboardInterrupt:
+                interrupted = True
                 wait(futures)  # the workers, interrupted as well, return what they measured
-            results = [worker_result(gpu, future) for gpu, future in enumerate(futures)]
+            results = [worker_result(i, future, interrupted) for i, future in enumerate(futures)]
     found = {k: v for part, _, _ in results for k, v in part.items()}
     records = [r for _, part, _ in results for r in part]
     # Ctrl-C keeps what was measured (a later run resumes after it) and exits as interrupted.
@@ -635,16 +637,22 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def worker_result(gpu: int, future: Future) -> tuple[dict, list, bool]:
+def worker_result(gpu: int, future: Future, interrupted: bool) -> tuple[dict, list, bool]:
     """What GPU ``gpu``'s worker process measured; nothing, as interrupted, where Ctrl-C
     reached it outside its timing loop. Before its first key its call returns the interrupt,
     and the other GPUs' keys still reach the table; between calls its process ends, the pool
-    ends the others too, and the run exits as interrupted rather than with a traceback."""
+    ends the others too, and the run exits as interrupted rather than with a traceback.
+    ``interrupted``: whether Ctrl-C reached this process too (a pool broken without it is a
+    worker's crash, raised as it is)."""
     try:
         return future.result()
-    except (KeyboardInterrupt, BrokenProcessPool):
-        print(f"[gpu {gpu}] interrupted before it returned what it measured", flush=True)
-        return {}, [], True
+    except KeyboardInterrupt:
+        pass
+    except BrokenProcessPool:
+        if not interrupted:
+            raise
+    print(f"[gpu {gpu}] interrupted before it returned what it measured", flush=True)
+    return {}, [], True
 
 
 def _add_record(

@@ -605,9 +605,16 @@ def test_a_gpu_worker_cut_outside_its_loop_leaves_the_others_keys(failure, capsy
     measured.set_result(({"key": {"ms": 1.0}}, [], True))
     cut = Future()
     cut.set_exception(failure)
-    assert tune.worker_result(0, measured) == ({"key": {"ms": 1.0}}, [], True)
-    assert tune.worker_result(1, cut) == ({}, [], True)
+    assert tune.worker_result(0, measured, True) == ({"key": {"ms": 1.0}}, [], True)
+    assert tune.worker_result(1, cut, True) == ({}, [], True)
     assert "[gpu 1] interrupted before it returned what it measured" in capsys.readouterr().out
+
+
+def test_a_gpu_workers_crash_without_ctrl_c_is_raised():
+    crashed = Future()
+    crashed.set_exception(BrokenProcessPool("a worker ended abruptly"))
+    with pytest.raises(BrokenProcessPool):
+        tune.worker_result(0, crashed, False)
 
 
 def test_tune_gpus_flag():
