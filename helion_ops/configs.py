@@ -56,6 +56,7 @@ from helion.runtime.settings import default_autotuner_fn
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.candidates import config as plain_config
 from helion_ops.loads import (
+    host_descriptors_pay,
     k_masks_vectorize,
     masks_vectorize,
     row_bytes,
@@ -481,4 +482,7 @@ def select_config(
     if os.environ.get(AUTOTUNE_ENV, "") not in ("", "0"):
         return default_autotuner_fn(bound_kernel, args, **kwargs)
     operands = [a for a in args if isinstance(a, torch.Tensor)]
-    return _Chosen(choose_config(bound_kernel, *operands))
+    config = choose_config(bound_kernel, *operands)
+    if host_descriptors_pay(config.config, *operands):
+        config = helion.Config(**{**config.config, "host_tensor_descriptors": True})
+    return _Chosen(config)

@@ -36,6 +36,24 @@ def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     return tuple(max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in (a, b))
 
 
+def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
+    """Whether a config that loads by tensor descriptors builds them on the host (Helion's
+    ``host_tensor_descriptors``) rather than in every program: where some operand's rows
+    start off 128-byte lines. Triton's device-side descriptors leave the L2 promotion at
+    none (``tensormap.replace`` has no field for it, and the 128 bytes start zeroed); the
+    descriptors its launcher builds (``cuTensorMapEncodeTiled``) promote to 128-byte lines,
+    so that a row's run of 128 bytes that straddles two lines is fetched as whole lines.
+    The hypothesis of NOTES 138: rows off lines cost our kernels 15-37% (NOTES 90), cuBLAS
+    3.5% (NOTES 56)."""
+    indexing = config.get("indexing")
+    loads_by_descriptor = "tensor_descriptor" in (
+        [indexing] if isinstance(indexing, str) else indexing or []
+    )
+    return loads_by_descriptor and any(
+        t.dim() == 2 and max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in operands
+    )
+
+
 def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the K loops of the split kernels (split-K, the last wave's tail) load ``a``
     and ``b`` in vectors. Their loop ends where a piece of K does, so Helion masks every

@@ -143,3 +143,36 @@ def test_a_long_k_of_exactly_8_times_the_output_splits():
     assert long_k.few_tiles_long_k(256, 256, 2048)
     assert long_k_product(256, 256, 2048, torch.float32)
     assert not long_k_product(256, 256, 2047, torch.float32)
+
+
+@pytest.mark.parametrize(
+    "m, n, k, host",
+    [(3000, 3000, 3000, True), (5000, 3000, 1000, True), (4096, 4096, 4096, False)],
+    ids=str,
+)
+def test_descriptors_of_rows_off_lines_are_built_on_the_host(m, n, k, host):
+    """Rows of 3000 or 1000 elements start off 128-byte lines: a tensor-descriptor config
+    builds its descriptors on the host, with the L2 promotion Triton's launcher gives them
+    (``loads.host_descriptors_pay``, NOTES 138); rows on lines keep the device's."""
+    a, b = operand(m, k, False), operand(k, n, False)
+    bound = matmul_kernel.bind((a, b, scaled(1.0)))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(a), on_gpu(b)
+        chosen = configs.choose_config(bound, x, y).config
+        selected = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+    assert "tensor_descriptor" in chosen["indexing"]
+    assert selected.get("host_tensor_descriptors", False) is host
+    assert {**selected, "host_tensor_descriptors": None} == {
+        **chosen,
+        "host_tensor_descriptors": None,
+    }
+
+
+def test_pointer_configs_build_no_descriptors():
+    """1000^3 runs 64x128 pointer tiles: nothing to build, on the host or the device."""
+    a, b = operand(1000, 1000, False), operand(1000, 1000, False)
+    bound = matmul_kernel.bind((a, b, scaled(1.0)))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        selected = configs.select_config(bound, (on_gpu(a), on_gpu(b), scaled(1.0))).config
+    assert selected.config["indexing"] == "pointer"
+    assert "host_tensor_descriptors" not in selected.config
