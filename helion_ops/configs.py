@@ -59,6 +59,7 @@ from helion_ops.loads import (
     host_descriptors_pay,
     k_masks_vectorize,
     masks_vectorize,
+    pointer_tiles_on_host_descriptors,
     row_bytes,
     rows_off_lines,
     tensor_descriptors_only,
@@ -483,6 +484,8 @@ def select_config(
         return default_autotuner_fn(bound_kernel, args, **kwargs)
     operands = [a for a in args if isinstance(a, torch.Tensor)]
     config = choose_config(bound_kernel, *operands)
+    if pointer_tiles_on_host_descriptors(config.config, *operands):
+        config = helion.Config(**{**config.config, "indexing": "tensor_descriptor"})
     if host_descriptors_pay(config.config, *operands):
         config = helion.Config(**{**config.config, "host_tensor_descriptors": True})
     return _Chosen(config)

@@ -49,9 +49,28 @@ def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
     loads_by_descriptor = "tensor_descriptor" in (
         [indexing] if isinstance(indexing, str) else indexing or []
     )
-    return loads_by_descriptor and any(
-        t.dim() == 2 and max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in operands
+    return loads_by_descriptor and any(_off_lines(t) for t in operands)
+
+
+def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> bool:
+    """Whether a plain product's pointer config loads its tiles by tensor descriptors built
+    on the host instead: its two operands can be loaded so (``tma_aligned``) and some rows
+    start off 128-byte lines. The model chooses pointer tiles for sub-wave products (1000^3:
+    64x128) as device-built descriptors cost each program more than they save (NOTES 80:
+    host-built ones 0-12% faster there, on lines); off lines the pointer tiles cost more than
+    descriptors (NOTES 90: 2200^3 71.4 us against 63.1). NOTES 138's second prediction."""
+    return (
+        len(operands) == 2
+        and config.get("indexing") == "pointer"
+        and "split_k" not in config
+        and tma_aligned(*operands)
+        and any(_off_lines(t) for t in operands)
     )
+
+
+def _off_lines(t: torch.Tensor) -> bool:
+    """Whether a 2-D tensor's rows (columns, where column-major) start off 128-byte lines."""
+    return t.dim() == 2 and max(t.stride()) * t.element_size() % LINE_BYTES != 0
 
 
 def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -168,11 +168,24 @@ def test_descriptors_of_rows_off_lines_are_built_on_the_host(m, n, k, host):
     }
 
 
-def test_pointer_configs_build_no_descriptors():
-    """1000^3 runs 64x128 pointer tiles: nothing to build, on the host or the device."""
-    a, b = operand(1000, 1000, False), operand(1000, 1000, False)
-    bound = matmul_kernel.bind((a, b, scaled(1.0)))
+@pytest.mark.parametrize(
+    "m, n, k, tiles",
+    [(1000, 1000, 1000, True), (1024, 1024, 1024, False), (1000, 1000, 1004, False)],
+    ids=str,
+)
+def test_pointer_tiles_of_rows_off_lines_load_by_host_descriptors(m, n, k, tiles):
+    """1000^3's 64x128 pointer tiles load by descriptors built on the host (rows of 2000
+    bytes: off lines, on 16 bytes; ``loads.pointer_tiles_on_host_descriptors``, NOTES 138);
+    1024^3's rows lie on lines, and 1000x1000x1004's a rows of 2008 bytes are off 16 bytes:
+    those keep their pointer tiles."""
+    a, b = operand(m, k, False), operand(k, n, False)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        selected = configs.select_config(bound, (on_gpu(a), on_gpu(b), scaled(1.0))).config
-    assert selected.config["indexing"] == "pointer"
-    assert "host_tensor_descriptors" not in selected.config
+        x, y = on_gpu(a), on_gpu(b)
+        kernel = transposed_kernel if configs.transposed_pays(x, y) else matmul_kernel
+        bound = kernel.bind((a, b, scaled(1.0)))
+        chosen = configs.choose_config(bound, x, y).config
+        selected = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+    assert chosen["indexing"] == "pointer"
+    assert selected["indexing"] == ("tensor_descriptor" if tiles else "pointer")
+    assert selected.get("host_tensor_descriptors", False) is tiles
+    assert selected["block_sizes"] == chosen["block_sizes"]
