@@ -33,7 +33,7 @@ def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     """The model's ``off_lines`` of ``a @ b``: whether ``a``'s and ``b``'s rows (columns,
     where column-major) start off 128-byte lines, their leading stride in bytes not a
     multiple of ``model.LINE_BYTES``."""
-    return tuple(max(t.stride()) * t.element_size() % LINE_BYTES != 0 for t in (a, b))
+    return _off_lines(a), _off_lines(b)
 
 
 def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
