@@ -48,7 +48,7 @@ started = False
 _built = threading.Event()
 
 # Where a kernel parameter comes from and how it is stored (``Source``/``Storage`` in C++).
-_TENSOR, _OUTPUT, _SCALAR, _CONSTANT = range(4)
+_TENSOR, _OUTPUT, _SCALAR, _CONSTANT, _DESCRIPTOR = range(5)
 _BITS, _FLOAT32, _FLOAT64 = range(3)
 _INT_BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 _INT_BITS.update({"u1": 1, "u8": 8, "u16": 16, "u32": 32, "u64": 64})
@@ -201,9 +201,25 @@ def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tupl
     captured = [name for f in epilogues for name in f.__code__.co_freevars]
     n_args = plan.operands + len(plan.epilogues)
     n_outputs = len(plan.shapes)
-    params = []
+    first_descriptor = n_args + len(captured) + n_outputs + len(plan.constants)
+    metas = iter(getattr(compiled.metadata, "tensordesc_meta", None) or ())
+    params, descriptors = [], []
     for ty, source in zip(signature, plan.sources, strict=True):
         if ty == "constexpr":
+            continue
+        if ty.startswith("tensordesc"):
+            meta = next(metas, None)
+            if source < first_descriptor or meta is None:
+                return None
+            base, first = plan.descriptors[source - first_descriptor]
+            descriptor = _descriptor(base, first, meta, operands, n_args + len(captured))
+            if descriptor is None:
+                return None
+            # As Triton's launcher expands it: the map, then its sizes and strides.
+            params.append((_DESCRIPTOR, _BITS, len(descriptors)))
+            params += [(_CONSTANT, _BITS, size) for size in first.shape]
+            params += [(_CONSTANT, _BITS, stride) for stride in first.strides]
+            descriptors.append(descriptor)
             continue
         pointer = ty.startswith("*")
         if source < plan.operands:
@@ -220,9 +236,11 @@ def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tupl
                 param = None
         elif source < n_args + len(captured) + n_outputs:
             param = (_OUTPUT, _BITS, source - n_args - len(captured)) if pointer else None
-        else:
+        elif source < first_descriptor:
             bits = _bits(ty, plan.constants[source - n_args - len(captured) - n_outputs])
             param = None if bits is None else (_CONSTANT, _BITS, bits)
+        else:
+            param = None  # a descriptor where the kernel takes no tensordesc
         if param is None:
             return None
         params.append(param)
@@ -233,8 +251,39 @@ def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tupl
         shared,
         direct.scratch,
         params,
+        descriptors,
         plan.shapes,
         plan.zeroed,
+    )
+
+
+def _descriptor(
+    base: int, first: Any, meta: dict, operands: tuple[int, ...], first_output: int
+) -> tuple | None:
+    """The extension's ``Descriptor`` fields for a plan's tensor descriptor ``first`` whose
+    base is the plan's value ``base`` (an operand or an output), encoded as Triton 3.6's
+    ``make_tensordesc_arg`` encodes it with the compiled kernel's ``meta``; None where it is
+    not one of those."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+    if base < len(operands):
+        source, index = _TENSOR, operands[base]
+    elif first_output <= base:
+        source, index = _OUTPUT, base - first_output
+    else:
+        return None
+    if meta.get("fp4_padded") or first.strides[-1] != 1:
+        return None
+    size = meta["elem_size"]
+    return (
+        source,
+        index,
+        TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+        [int(d) for d in reversed(first.shape)],
+        [size * int(s) for s in reversed(first.strides[:-1])],
+        [int(b) for b in reversed(meta["block_size"])],
+        meta["swizzle"],
+        1 if first.padding == "nan" else 0,
     )
 
 

@@ -5,11 +5,12 @@ Helion's generated host function re-derives on every call what is fixed for a sp
 (the grid, the SM count, block sizes) and launches through Triton's JIT entry point, which binds
 every argument again. ``plan_for`` runs the host function once with a recording launcher and
 keeps where each launch argument comes from: an operand, a value an epilogue captures, an
-output, or a constant. A ``LaunchPlan`` then allocates the outputs and launches the compiled
-kernel with this call's values, through Triton's C launch function where ``direct_launch``
-finds it. ``DirectLauncher`` makes the first launch (which compiles) and remembers the
-compiled kernel. The kernels, their specialization keys and the fast path that reaches a
-plan are ``helion_ops.kernel``'s.
+output, a constant, or a tensor descriptor of an operand or output (Helion's
+``host_tensor_descriptors``). A ``LaunchPlan`` then allocates the outputs and launches the
+compiled kernel with this call's values, through Triton's C launch function where
+``direct_launch`` finds it. ``DirectLauncher`` makes the first launch (which compiles) and
+remembers the compiled kernel. The kernels, their specialization keys and the fast path
+that reaches a plan are ``helion_ops.kernel``'s.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from triton import knobs
 from triton.compiler import CompiledKernel
 from triton.knobs import HookChain
 from triton.runtime import _allocation, driver
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -87,8 +89,11 @@ class LaunchPlan:
     kernel directly, through its C launch function where ``direct_launch`` finds it: no host
     function, no grid arithmetic, no SM-count query, no binding in Triton. Each launch
     argument comes from a fixed place: an operand, a value an epilogue captures (alpha, beta,
-    the bias: read from this call's epilogue, never the first call's), an output, or a
-    constant of the specialization (an SM count, a block size).
+    the bias: read from this call's epilogue, never the first call's), an output, a
+    constant of the specialization (an SM count, a block size), or a tensor descriptor
+    (Triton's ``TensorDescriptor``, as Helion's ``host_tensor_descriptors`` configs pass)
+    of this call's operand or output: the first call's with this call's tensor as its base
+    (the specialization fixes every size and stride, and the 16-byte alignment).
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class LaunchPlan:
         sources: tuple[int, ...],
         returns_tuple: bool,
         first: torch.Tensor,
+        descriptors: tuple[tuple[int, Any], ...] = (),
     ) -> None:
         self.launcher, self.triton_kernel = launcher, triton_kernel
         self.grid, self.options = grid, options
@@ -120,6 +126,8 @@ class LaunchPlan:
         )
         self.shapes = tuple(shape for shape, _, _ in outputs)
         self.sources = sources  # where each launch argument comes from (helion_ops.native)
+        # (where its base comes from, the first call's descriptor), one per descriptor source
+        self.descriptors = descriptors
         self.pick = operator.itemgetter(*sources)
         self.returns_tuple = returns_tuple
         self.device = first.device.index
@@ -142,10 +150,14 @@ class LaunchPlan:
                 allocate(shape, dtype=dtype, device=device) for shape, dtype, device in self.outputs
             ]
         captured = [c.cell_contents for i in self.epilogues for c in args[i].__closure__ or ()]
+        descriptors = ()
+        if self.descriptors:
+            tensors = (*args, *captured, *outs)
+            descriptors = [_described(first, tensors[i]) for i, first in self.descriptors]
         if compiled is None or not no_launch_hooks():
             # Triton's JIT entry point (the CPU interpreter, which compiles nothing) or its
             # own runner (launch hooks set, e.g. a profiler).
-            launch_args = self.pick((*args, *captured, *outs, *self.constants))
+            launch_args = self.pick((*args, *captured, *outs, *self.constants, *descriptors))
             self.launcher(self.triton_kernel, self.grid, *launch_args, **self.options)
         elif (direct := self.direct) is not None:
             # Operands and outputs by address (a checked CUDA tensor's), which the C launcher
@@ -153,7 +165,7 @@ class LaunchPlan:
             n, address = self.operands, torch.Tensor.data_ptr
             values = (
                 *map(address, args[:n]), *args[n:], *captured, *map(address, outs),
-                *self.constants,
+                *self.constants, *descriptors,
             )  # fmt: skip
             grid, stream = self.grid, self.current_stream(self.device)
             scratch = None
@@ -169,7 +181,8 @@ class LaunchPlan:
             grid, stream = self.grid, self.current_stream(self.device)
             compiled.run(
                 grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                None, None, None, *self.pick((*args, *captured, *outs, *self.constants)),
+                None, None, None,
+                *self.pick((*args, *captured, *outs, *self.constants, *descriptors)),
             )  # fmt: skip
         if recordings:  # one check on the hot path when nothing records
             launches = recordings.get(threading.get_ident())
@@ -189,6 +202,15 @@ class LaunchPlan:
             self.direct = direct_launch(compiled, self.grid)
             self.compiled = compiled
         return compiled
+
+
+def _described(first: Any, tensor: torch.Tensor) -> Any:
+    """The descriptor ``first`` (a plan's first call's) with ``tensor`` as its base: a copy
+    of its fields, without the checks its constructor repeats (the specialization holds
+    them)."""
+    descriptor = object.__new__(type(first))
+    descriptor.__dict__.update(first.__dict__, base=tensor)
+    return descriptor
 
 
 def record_result(sums: torch.Tensor, result: torch.Tensor) -> None:
@@ -273,9 +295,9 @@ def plan_for(
 ) -> LaunchPlan | None:
     """The launch plan of ``host_function`` on ``args``, or None where it does more than one
     launch, or passes the launch a tensor besides the operands, the tensors epilogues capture
-    and the outputs it returns, or an object holding one (then every call runs the host
-    function). ``zeroed``: the host function zeroes its outputs (a kernel that adds into
-    them), so the plan's allocations do too."""
+    and the outputs it returns, or an object holding one other than a tensor descriptor of
+    one of those (then every call runs the host function). ``zeroed``: the host function
+    zeroes its outputs (a kernel that adds into them), so the plan's allocations do too."""
     epilogues = tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
     slots, dry_args = [], list(args)
     for i in epilogues:
@@ -304,23 +326,29 @@ def plan_for(
     places = {id(t): i for i, t in enumerate(args)}
     places.update({id(o): len(args) + len(slots) + i for i, o in enumerate(outs)})
     constants: list[Any] = []
-    sources = []
+    descriptors: list[tuple[int, Any]] = []
+    sources: list[int | None] = []
     for arg in launch_args:
         if isinstance(arg, _Slot):
             sources.append(arg.index)
         elif id(arg) in places:
             sources.append(places[id(arg)])
+        elif _is_descriptor(arg) and id(arg.base) in places:
+            sources.append(None)  # numbered below, after the constants
+            descriptors.append((places[id(arg.base)], arg))
         elif _holds_a_tensor(arg):
             # A tensor the host function made besides its outputs, or an object built on one
-            # of this call's (a tensor descriptor made on the host, as Helion's
-            # ``host_tensor_descriptors`` configs do): as a constant, later calls would read
-            # the first call's memory.
+            # that is not a descriptor of an operand or output: as a constant, later calls
+            # would read the first call's memory.
             return None
         else:
             sources.append(len(args) + len(slots) + len(outs) + len(constants))
             constants.append(arg)
     if len(sources) < 2:  # itemgetter of one index returns the item, not a tuple
         return None
+    first_descriptor = len(args) + len(slots) + len(outs) + len(constants)
+    numbered = iter(range(first_descriptor, first_descriptor + len(descriptors)))
+    sources = [next(numbered) if i is None else i for i in sources]
     return LaunchPlan(
         launcher,
         triton_kernel,
@@ -335,7 +363,13 @@ def plan_for(
         tuple(sources),
         isinstance(result, tuple),
         args[0],
+        tuple(descriptors),
     )
+
+
+def _is_descriptor(arg: Any) -> bool:
+    """Whether a launch argument is Triton's ``TensorDescriptor``."""
+    return type(arg) is TensorDescriptor
 
 
 def _holds_a_tensor(arg: Any) -> bool:

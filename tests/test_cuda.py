@@ -365,10 +365,10 @@ def test_a_pair_for_eager_calls_only_is_two_launches_under_a_capture():
 
 
 def test_host_tensor_descriptors_are_made_for_every_call(monkeypatch):
-    """A config with Helion's ``host_tensor_descriptors`` (which ``HELION_OPS_AUTOTUNE=1``'s
-    search may pick) has its host function build the TMA descriptors from each call's
-    tensors: no launch plan may keep the first call's, so a second call of the same
-    specialization reads its own operands."""
+    """A config with Helion's ``host_tensor_descriptors`` (the runtime's where rows start off
+    128-byte lines, or ``HELION_OPS_AUTOTUNE=1``'s search) passes TMA descriptors built on
+    the host: the launch plan makes each call's on its own tensors, so a second call of the
+    same specialization reads its own operands."""
     chosen = configs.choose_config
 
     def with_host_descriptors(bound_kernel, *operands):
@@ -381,11 +381,15 @@ def test_host_tensor_descriptors_are_made_for_every_call(monkeypatch):
 
     monkeypatch.setattr(configs, "choose_config", with_host_descriptors)
     kernel.reset()
-    for _ in range(2):
-        a, b = make((2048, 1024), torch.bfloat16).detach(), make((1024, 512), torch.bfloat16)
-        out = kernel.launch_mm(a, b.detach())
-        assert_matches("a @ b", out, a @ b.detach(), a.double() @ b.detach().double())
-    assert not any(isinstance(plan, plans.LaunchPlan) for plan in kernel._compiled.values())
+    pairs = [
+        (make((2048, 1024), torch.bfloat16).detach(), make((1024, 512), torch.bfloat16).detach())
+        for _ in range(2)
+    ]
+    for a, b in pairs:
+        out = kernel.launch_mm(a, b)
+        assert_matches("a @ b", out, a @ b, a.double() @ b.double())
+    planned = [p for p in kernel._compiled.values() if isinstance(p, plans.LaunchPlan)]
+    assert any(p.descriptors for p in planned), "no plan with host-built descriptors"
     kernel.reset()
 
 

@@ -18,6 +18,7 @@ import torch
 from conftest import HAS_CUDA, capture
 from reference import assert_matches
 from test_ops import make
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 import helion_ops
 from helion_ops import kernel, narrow_tiles, native, plans
@@ -96,7 +97,10 @@ def fake_plan(operands=2, sources=(0, 1, 3, 4, 5, 6), signature=None, constants=
         "n": "i32",
     }  # fmt: skip
     compiled = SimpleNamespace(
-        packed_metadata=(4, 1, 1024), src=SimpleNamespace(signature=signature), function=77
+        packed_metadata=(4, 1, 1024),
+        src=SimpleNamespace(signature=signature),
+        function=77,
+        metadata=SimpleNamespace(tensordesc_meta=None),
     )
     return SimpleNamespace(
         compiled=compiled,
@@ -109,6 +113,7 @@ def fake_plan(operands=2, sources=(0, 1, 3, 4, 5, 6), signature=None, constants=
         constants=constants,
         shapes=((6, 5),),
         grid=(3, 1, 1),
+        descriptors=(),
     )
 
 
@@ -129,9 +134,67 @@ def test_launch_of_lays_out_each_parameter(fake_extension):
         "Launch", 77, (3, 1, 1), 128, 1024, 512,
         [(tensor, 0, 2), (tensor, 0, 0), (scalar, native._FLOAT32, 0), (output, 0, 0),
          (constant, 0, 300)],
+        [],
         ((6, 5),),
         False,
     )  # fmt: skip
+
+
+def descriptor_plan():
+    """``fake_plan`` with x and the output loaded by host-built tensor descriptors (Helion's
+    ``host_tensor_descriptors``): launch values (x, y, epilogue, alpha, out, BLOCK, n, x's
+    descriptor, out's)."""
+    signature = {
+        "x_desc": "tensordesc<bf16[64, 32]>", "y": "*bf16", "alpha": "fp32",
+        "out_desc": "tensordesc<bf16[64, 16]>", "BLOCK": "constexpr", "n": "i32",
+    }  # fmt: skip
+    plan = fake_plan(sources=(7, 1, 3, 8, 5, 6), signature=signature)
+    x, out = torch.empty(6, 40, dtype=torch.bfloat16), torch.empty(6, 5, dtype=torch.bfloat16)
+    plan.descriptors = (
+        (0, TensorDescriptor(x, [6, 40], [40, 1], [64, 32])),
+        (4, TensorDescriptor(out, [6, 5], [8, 1], [64, 16], padding="nan")),
+    )
+    meta = {"swizzle": 3, "elem_size": 2, "elem_type": 10, "fp4_padded": False}
+    plan.compiled.metadata.tensordesc_meta = [
+        {**meta, "block_size": [64, 32]},
+        {**meta, "swizzle": 1, "block_size": [64, 16]},
+    ]
+    return plan
+
+
+def test_launch_of_encodes_descriptors_as_triton_does(fake_extension):
+    """A descriptor parameter is the map the extension encodes on this call's tensor, then
+    the descriptor's sizes and strides, as Triton 3.6's launcher expands it; the map's
+    fields are in the driver's order (innermost dimension first, strides in bytes) and its
+    element type the driver's (device bf16 10 -> host 9)."""
+    launch = native.launch_of(descriptor_plan(), (2, 0), (scaled(2.0),))
+    tensor, output, scalar, constant = native._TENSOR, native._OUTPUT, native._SCALAR, 3
+    descriptor = native._DESCRIPTOR
+    assert launch[6] == [
+        (descriptor, 0, 0), (constant, 0, 6), (constant, 0, 40), (constant, 0, 40),
+        (constant, 0, 1),
+        (tensor, 0, 0),
+        (scalar, native._FLOAT32, 0),
+        (descriptor, 0, 1), (constant, 0, 6), (constant, 0, 5), (constant, 0, 8),
+        (constant, 0, 1),
+        (constant, 0, 300),
+    ]  # fmt: skip
+    assert launch[7] == [
+        (tensor, 2, 9, [40, 6], [80], [32, 64], 3, 0),
+        (output, 0, 9, [5, 6], [16], [16, 64], 1, 1),
+    ]
+
+
+@pytest.mark.parametrize("change", ["not lowered to TMA", "fp4", "base not the call's"])
+def test_launch_of_refuses_descriptors_it_cannot_encode(fake_extension, change):
+    plan = descriptor_plan()
+    if change == "not lowered to TMA":  # Triton passes such a descriptor as a pointer
+        plan.compiled.metadata.tensordesc_meta = None
+    elif change == "fp4":
+        plan.compiled.metadata.tensordesc_meta[0]["fp4_padded"] = True
+    else:  # based on the epilogue's captured alpha (plan value 3): neither operand nor output
+        plan.descriptors = ((3, plan.descriptors[0][1]), plan.descriptors[1])
+    assert native.launch_of(plan, (2, 0), (scaled(2.0),)) is None
 
 
 @pytest.mark.parametrize(
@@ -257,6 +320,31 @@ def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
     assert len(calls) == 1, "the third backward did not replay the second's launches"
     with torch.no_grad():
         assert_matches("no grad", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
+
+
+@needs_cuda
+@pytest.mark.parametrize("columns", [(False, False), (False, True), (True, False)])
+def test_host_descriptors_are_encoded_on_each_calls_tensors(extension, columns):
+    """Rows of 1000 bf16 elements start off 128-byte lines, where the runtime builds the TMA
+    descriptors on the host (``loads.pointer_tiles_on_host_descriptors``,
+    ``loads.host_descriptors_pay``): the extension encodes them on each call's own tensors
+    (three pairs of operands and gradients of one key, all alive at once, so that no call can
+    read another's memory)."""
+    _, calls = extension
+    m = n = k = 1000
+    shapes = [(m, k), (k, n)]
+    inputs = [
+        [make(s, torch.bfloat16, transposed=c) for s, c in zip(shapes, columns, strict=True)]
+        for _ in range(3)
+    ]
+    grads = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    for call, ((a, b), grad_out) in enumerate(zip(inputs, grads, strict=True)):
+        out = helion_ops.matmul(a, b)
+        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0), out.grad_fn.name()
+        _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, (True, True))
+    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    planned = [p for p in kernel._compiled.values() if isinstance(p, plans.LaunchPlan)]
+    assert any(p.descriptors for p in planned), "no plan with host-built descriptors"
 
 
 def test_no_backward_is_recorded_under_the_determinism_switch(monkeypatch):

@@ -19,6 +19,7 @@ from reference import assert_matches
 from triton.compiler import CompiledKernel
 from triton.knobs import HookChain
 from triton.runtime import _allocation
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helion_ops import kernel, plans
 from helion_ops.kernel import launch_addmm, launch_mm, launch_mm_pair
@@ -146,22 +147,66 @@ CHANGES = {
 dtypes = pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 
 
-def test_a_host_function_that_passes_an_object_of_its_call_gets_no_plan():
-    """A launch argument built from this call's tensors (Helion's ``host_tensor_descriptors``
-    configs make Triton tensor descriptors on the host) cannot be a plan's constant: later
-    calls would read the first call's memory. Such host functions run on every call."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
+class RecordingLauncher:
+    """A plan's launcher that compiles nothing (as in the interpreter) and keeps each launch."""
+
+    def __init__(self) -> None:
+        self.compiled, self.launches = {}, []
+
+    def __call__(self, triton_kernel, grid, *args, **options):
+        self.launches.append(args)
+
+
+def test_a_plan_makes_each_calls_tensor_descriptors_on_its_tensors():
+    """Helion's ``host_tensor_descriptors`` configs pass Triton tensor descriptors built on
+    the host from the call's operands and outputs; the plan keeps the first call's fields
+    and gives each call descriptors of its own tensors (never the first call's memory)."""
 
     def host_function(x, y, epilogue, _launcher):
         out = x.new_empty(x.shape[0], y.shape[1])
-        descriptor = TensorDescriptor(y, list(y.shape), list(y.stride()), [16, 16])
+        x_desc = TensorDescriptor(x, [x.size(1), x.size(0)], [x.stride(1), 1], [16, 8])
+        out_desc = TensorDescriptor(out, list(out.shape), [out.stride(0), 1], [16, 32])
+        _launcher("triton kernel", (4,), x_desc, y, out_desc, 64)
+        return out
+
+    x, y = rand(32, 24).T, rand(32, 48)  # x column-major: its descriptor transposed
+    launcher = RecordingLauncher()
+    plan = plans.plan_for(host_function, launcher, (x, y, kernel.scaled(1.0)))
+    assert isinstance(plan, LaunchPlan) and plan.constants == (64,)
+    x2, y2 = rand(32, 24).T, rand(32, 48)
+    out2 = plan(x2, y2, kernel.scaled(1.0))
+    ((x_desc, y_arg, out_desc, block),) = launcher.launches
+    assert y_arg is y2 and block == 64
+    assert type(x_desc) is TensorDescriptor and x_desc.base is x2 and out_desc.base is out2
+    assert (x_desc.shape, x_desc.strides, x_desc.block_shape) == ([32, 24], [24, 1], [16, 8])
+    assert (out_desc.shape, out_desc.strides, out_desc.block_shape) == (
+        [24, 48], [48, 1], [16, 32]
+    )  # fmt: skip
+    assert plan.descriptors[0][1].base is x  # the first call's descriptor as it was
+
+
+def test_a_host_function_that_passes_another_tensor_gets_no_plan():
+    """A launch argument built on a tensor other than the call's operands and outputs (a
+    scratch tensor the host function made, or a descriptor of one) cannot be a plan's
+    constant: later calls would read the first call's memory. Such host functions run on
+    every call."""
+
+    def descriptor_of_scratch(x, y, epilogue, _launcher):
+        out, scratch = x.new_empty(x.shape[0], y.shape[1]), y.clone()
+        descriptor = TensorDescriptor(scratch, list(y.shape), list(y.stride()), [16, 16])
         _launcher("triton kernel", (4,), x, descriptor, out, 64)
+        return out
+
+    def scratch_tensor(x, y, epilogue, _launcher):
+        out = x.new_empty(x.shape[0], y.shape[1])
+        _launcher("triton kernel", (4,), x, y.clone(), out, 64)
         return out
 
     x, y = rand(32, 32), rand(32, 32)
     args = (x, y, kernel.scaled(1.0))
     launcher = plans.DirectLauncher()
-    assert plans.plan_for(host_function, launcher, args) is None
+    assert plans.plan_for(descriptor_of_scratch, launcher, args) is None
+    assert plans.plan_for(scratch_tensor, launcher, args) is None
 
     def with_constants_only(x, y, epilogue, _launcher):
         out = x.new_empty(x.shape[0], y.shape[1])

@@ -39,14 +39,19 @@ using torch::autograd::variable_list;
 
 namespace {
 
-// The two driver entry points used, resolved from the driver library as Triton does.
+// The driver entry points used, resolved from the driver library as Triton does.
 using LaunchKernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, void*, void**, void**);
 using StreamIsCapturing = int (*)(void*, int*);
+// cuTensorMapEncodeTiled, its enums as ints (CUtensorMapDataType, CUtensorMapInterleave,
+// CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill).
+using EncodeTiled = int (*)(void*, int, uint32_t, void*, const uint64_t*, const uint64_t*,
+                            const uint32_t*, const uint32_t*, int, int, int, int);
 
 struct Driver {
   LaunchKernel launch = nullptr;
   StreamIsCapturing is_capturing = nullptr;
+  EncodeTiled encode_tiled = nullptr;  // null on a driver without tensor maps
 };
 
 const Driver& driver() {
@@ -56,6 +61,7 @@ const Driver& driver() {
     TORCH_CHECK(lib != nullptr, "helion_ops native: cannot open libcuda.so.1");
     d.launch = reinterpret_cast<LaunchKernel>(dlsym(lib, "cuLaunchKernel"));
     d.is_capturing = reinterpret_cast<StreamIsCapturing>(dlsym(lib, "cuStreamIsCapturing"));
+    d.encode_tiled = reinterpret_cast<EncodeTiled>(dlsym(lib, "cuTensorMapEncodeTiled"));
     TORCH_CHECK(d.launch && d.is_capturing, "helion_ops native: libcuda.so.1 lacks a symbol");
     return d;
   }();
@@ -63,14 +69,45 @@ const Driver& driver() {
 }
 
 // Where a kernel parameter's value comes from.
-enum Source : int8_t { kTensor = 0, kOutput = 1, kScalar = 2, kConstant = 3 };
+enum Source : int8_t { kTensor = 0, kOutput = 1, kScalar = 2, kConstant = 3, kDescriptor = 4 };
 // How a scalar from the call is stored (Triton passes Python floats as fp32).
 enum Storage : int8_t { kBits = 0, kFloat32 = 1, kFloat64 = 2 };
 
 struct Param {
   Source source;
   Storage storage;
-  int64_t value;  // the tensor, output or scalar's index, or the constant's bits
+  int64_t value;  // the tensor, output, scalar or descriptor's index, or the constant's bits
+};
+
+// A TMA descriptor (CUtensorMap, 128 bytes) that a kernel takes by value, encoded for each
+// launch over this call's tensor as Triton's launcher encodes a host-built TensorDescriptor
+// (fill_tma_descriptor: element strides of 1, no interleave, L2 promotion to 128-byte lines).
+// Every field but the address is the specialization's, in the driver's order (the innermost
+// dimension first); helion_ops.native lays them out.
+struct alignas(64) TensorMap {
+  unsigned char bytes[128];
+};
+
+struct Descriptor {
+  Source base;  // kTensor or kOutput
+  int64_t index;
+  int data_type;
+  std::vector<uint64_t> dims;
+  std::vector<uint64_t> strides;  // bytes, of all dimensions but the innermost
+  std::vector<uint32_t> box;
+  int swizzle;
+  int fill;  // 1: NaN out of bounds (Triton's padding="nan"), 0: zeros
+
+  void encode(TensorMap* map, void* address) const {
+    static constexpr uint32_t kUnitStrides[5] = {1, 1, 1, 1, 1};
+    constexpr int kInterleaveNone = 0, kL2Promotion128B = 2;
+    const int status = driver().encode_tiled(
+        map, data_type, static_cast<uint32_t>(dims.size()), address, dims.data(),
+        strides.data(), box.data(), kUnitStrides, kInterleaveNone, swizzle, kL2Promotion128B,
+        fill);
+    TORCH_CHECK(status == 0, "helion_ops native: cuTensorMapEncodeTiled failed with CUresult ",
+                status);
+  }
 };
 
 // One launch of a compiled Triton kernel whose arguments are laid out in advance
@@ -82,6 +119,7 @@ struct Launch {
   unsigned shared;
   int64_t scratch;  // bytes of global scratch memory a launch allocates (0: none)
   std::vector<Param> params;
+  std::vector<Descriptor> descriptors;          // the kDescriptor params' sources
   std::vector<std::array<int64_t, 2>> outputs;  // each a new tensor of the first operand's kind
   // The split-K kernel's launch: it adds fp32 partial sums into zeroed outputs with atomics;
   // each is then scaled by the call's alpha and rounded once to the first operand's dtype
@@ -98,12 +136,21 @@ struct Launch {
       outs.push_back(split_k ? at::zeros({shape[0], shape[1]}, options.dtype(at::kFloat))
                              : at::empty({shape[0], shape[1]}, options));
     }
-    constexpr size_t kMax = 64;
+    constexpr size_t kMax = 64, kMaxMaps = 8;
     TORCH_CHECK(params.size() + 2 <= kMax, "helion_ops native: too many kernel parameters");
+    TORCH_CHECK(descriptors.size() <= kMaxMaps, "helion_ops native: too many descriptors");
     uint64_t values[kMax];
     void* pointers[kMax];
+    TensorMap maps[kMaxMaps];
     size_t i = 0;
     for (const Param& p : params) {
+      if (p.source == kDescriptor) {
+        const Descriptor& d = descriptors[p.value];
+        const at::Tensor& base = d.base == kOutput ? outs[d.index] : tensors[d.index];
+        d.encode(&maps[p.value], base.data_ptr());
+        pointers[i++] = &maps[p.value];
+        continue;
+      }
       uint64_t v = 0;
       switch (p.source) {
         case kTensor:
@@ -124,6 +171,8 @@ struct Launch {
           break;
         case kConstant:
           v = static_cast<uint64_t>(p.value);
+          break;
+        case kDescriptor:  // (encoded above)
           break;
       }
       values[i] = v;  // little-endian: a narrower parameter reads the low bytes
@@ -448,6 +497,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](uint64_t function, std::array<unsigned, 3> grid, unsigned block,
                        unsigned shared, int64_t scratch,
                        const std::vector<std::tuple<int, int, int64_t>>& params,
+                       const std::vector<std::tuple<int, int64_t, int, std::vector<uint64_t>,
+                                                    std::vector<uint64_t>, std::vector<uint32_t>,
+                                                    int, int>>& descriptors,
                        const std::vector<std::array<int64_t, 2>>& outputs, bool split_k) {
         Launch l;
         l.function = reinterpret_cast<void*>(function);
@@ -460,6 +512,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
         l.outputs = outputs;
         l.split_k = split_k;
+        for (const auto& [base, index, data_type, dims, strides, box, swizzle, fill] :
+             descriptors) {
+          TORCH_CHECK(driver().encode_tiled != nullptr,
+                      "helion_ops native: the driver has no cuTensorMapEncodeTiled");
+          l.descriptors.push_back({static_cast<Source>(base), index, data_type, dims, strides,
+                                   box, swizzle, fill});
+        }
         return l;
       }));
   py::class_<Recipe>(m, "Recipe")
