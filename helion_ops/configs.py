@@ -483,9 +483,16 @@ def select_config(
     if os.environ.get(AUTOTUNE_ENV, "") not in ("", "0"):
         return default_autotuner_fn(bound_kernel, args, **kwargs)
     operands = [a for a in args if isinstance(a, torch.Tensor)]
-    config = choose_config(bound_kernel, *operands)
+    return _Chosen(as_launched(choose_config(bound_kernel, *operands), *operands))
+
+
+def as_launched(config: helion.Config, *operands: torch.Tensor) -> helion.Config:
+    """``config`` as the runtime launches it on ``operands``: where rows start off 128-byte
+    lines, its loads by tensor descriptors built on the host (``loads.host_descriptors_pay``),
+    a plain product's pointer tiles among them (``loads.pointer_tiles_on_host_descriptors``).
+    The tuner times each candidate so."""
     if pointer_tiles_on_host_descriptors(config.config, *operands):
         config = helion.Config(**{**config.config, "indexing": "tensor_descriptor"})
     if host_descriptors_pay(config.config, *operands):
         config = helion.Config(**{**config.config, "host_tensor_descriptors": True})
-    return _Chosen(config)
+    return config

@@ -251,9 +251,10 @@ def _compile_into_cache(job: tuple) -> None:
         launch_mm(*args[:2])
         launch_mm(*args[2:4])
         config_dicts = []
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
     for config in config_dicts:
         try:
-            bound.compile_config(helion.Config(**config))(*args)
+            bound.compile_config(configs.as_launched(helion.Config(**config), *tensors))(*args)
         except Exception:
             pass
     torch.cuda.synchronize()
@@ -362,9 +363,10 @@ def tune_key(
         bias = tuple(c.cell_contents for c in cells if isinstance(c.cell_contents, torch.Tensor))
         transposed_ms = bench(lambda: _run(transposed_kernel, args, bias))
     timings = []
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
     for config in candidates:
-        try:
-            run = bound.compile_config(config)
+        try:  # as the runtime launches it; the entry keeps the config as chosen
+            run = bound.compile_config(configs.as_launched(config, *tensors))
             run(*args)
             timings.append((bench(lambda run=run: run(*args)), config, run))
             if record is not None:
