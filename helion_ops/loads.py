@@ -43,8 +43,10 @@ def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
     none (``tensormap.replace`` has no field for it, and the 128 bytes start zeroed); the
     descriptors its launcher builds (``cuTensorMapEncodeTiled``) promote to 128-byte lines,
     so that a row's run of 128 bytes that straddles two lines is fetched as whole lines.
-    The hypothesis of NOTES 138: rows off lines cost our kernels 15-37% (NOTES 90), cuBLAS
-    3.5% (NOTES 56)."""
+    Measured (NOTES 139, H100, six products of no set, under graphs): 1.02-1.11x faster on
+    five, 0.99x on one (geomean 1.05x); a part of what rows off lines cost (15-37%, NOTES
+    90). Launch plans and the C++ path encode each call's descriptors (``plans``,
+    ``native``), so the host pays no more than for device-built ones."""
     indexing = config.get("indexing")
     loads_by_descriptor = "tensor_descriptor" in (
         [indexing] if isinstance(indexing, str) else indexing or []
@@ -58,7 +60,10 @@ def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> 
     start off 128-byte lines. The model chooses pointer tiles for sub-wave products (1000^3:
     64x128) as device-built descriptors cost each program more than they save (NOTES 80:
     host-built ones 0-12% faster there, on lines); off lines the pointer tiles cost more than
-    descriptors (NOTES 90: 2200^3 71.4 us against 63.1). NOTES 138's second prediction."""
+    descriptors (NOTES 90: 2200^3 71.4 us against 63.1). Measured (NOTES 139, six products of
+    no set around 1000-1400, under graphs): 1.16-1.24x faster than the pointer tiles on five
+    (H100), 0.96x on 1000x1000x2000; host-built 1.17-1.26x faster than device-built
+    descriptors on all six (H200)."""
     return (
         len(operands) == 2
         and config.get("indexing") == "pointer"
