@@ -1047,6 +1047,35 @@ def test_tune_keeps_an_entry_only_where_it_beats_the_transposed_kernel(
     assert (entry is not None) is keeps_entry
 
 
+def test_tune_times_each_candidate_as_the_runtime_launches_it(monkeypatch):
+    """The tuner compiles ``configs.as_launched`` of each candidate on the key's operands
+    (host-built descriptors where rows start off lines), and the entry keeps the candidate
+    as chosen, to which the runtime applies the same rules."""
+    args = (torch.randn(8, 8), torch.randn(8, 8), scaled(1.0))
+    compiled, launched_on = [], []
+
+    class Bound:
+        def compile_config(self, config):
+            compiled.append(config)
+            return lambda *args: "candidate"
+
+    def as_launched(config, *operands):
+        launched_on.append(operands)
+        return helion.Config(**{**config.config, "host_tensor_descriptors": True})
+
+    monkeypatch.setattr(tune, "_bound", lambda *key: (Bound(), args, lambda: "aten"))
+    monkeypatch.setattr(tune, "bench", lambda fn: {"aten": 2.0, "candidate": 1.0}[fn()])
+    monkeypatch.setattr(configs, "transposed_pays", lambda a, b, epilogue: False)
+    monkeypatch.setattr(configs, "as_launched", as_launched)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    candidate = helion.Config(block_sizes=[16, 16, 16], num_warps=4, num_stages=2)
+    key = (8, 8, 8, "bfloat16", "rr", "plain")
+    entry = tune.tune_key(key, torch.bfloat16, [candidate], False)
+    assert [c.config.get("host_tensor_descriptors") for c in compiled] == [True]
+    assert launched_on == [args[:2]]
+    assert "host_tensor_descriptors" not in entry["config"]
+
+
 @pytest.mark.parametrize(
     "warm, chosen",
     [
