@@ -409,6 +409,37 @@ def test_addmm_replayed(extension, bias, alpha, beta):
 
 
 @needs_cuda
+@pytest.mark.parametrize("bias", ["mn", "n", "m1"])
+def test_addmm_host_descriptors_are_encoded_on_each_calls_tensors(extension, bias):
+    """addmm at 1000^3, whose rows start off 128-byte lines so that its descriptors are built
+    on the host: three sets of bias, operands and gradients of one key, all alive at once,
+    each call checked on its own tensors, the third replayed in C++."""
+    _, calls = extension
+    m = n = k = 1000
+    dtype = torch.bfloat16
+    sets = [
+        (
+            torch.randn(BIASES[bias](m, n), device="cuda", dtype=dtype).requires_grad_(),
+            make((m, k), dtype),
+            make((k, n), dtype),
+            torch.randn(m, n, device="cuda", dtype=dtype),
+        )
+        for _ in range(3)
+    ]
+
+    def theirs(c, x, y):
+        return torch.addmm(c, x, y, alpha=1.5, beta=0.5)
+
+    for call, (bias_t, a, b, grad_out) in enumerate(sets):
+        out = helion_ops.addmm(bias_t, a, b, alpha=1.5, beta=0.5)
+        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0), out.grad_fn.name()
+        _check(f"call {call}", out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
+    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    planned = [p for p in kernel._compiled.values() if isinstance(p, plans.LaunchPlan)]
+    assert any(p.descriptors for p in planned), "no plan with host-built descriptors"
+
+
+@needs_cuda
 def test_the_replayed_bias_gradient_is_scaled_before_it_is_summed(extension):
     """As the Python path's (test_torch_semantics): 256 rows of about 3000 sum past fp16's
     range; scaled by 1/64 first, as torch's, they do not."""
