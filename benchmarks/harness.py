@@ -156,7 +156,8 @@ def functions(op: str) -> dict[str, Callable[..., torch.Tensor]]:
     return {names.baseline: torch.addmm, names.helion: helion_ops.addmm}
 
 
-def _dy(y: torch.Tensor) -> torch.Tensor:
+def grad_out_of(y: torch.Tensor) -> torch.Tensor:
+    """The backward's ``dy`` for an output like ``y`` (the same draw every call)."""
     torch.manual_seed(0)
     return 0.1 * torch.randn_like(y)
 
@@ -192,7 +193,7 @@ def results_and_step(fn, inputs, mode: str, cudagraph: bool = False):
         t.grad = None
     with torch.no_grad() if mode == "fwd_no_grad" else contextlib.nullcontext():
         y = _forward(fn, inputs, cudagraph and mode == "bwd")
-    dy = _dy(y) if mode in BWD_MODES else None
+    dy = grad_out_of(y) if mode in BWD_MODES else None
     if dy is not None:
         y.backward(dy, retain_graph=True)
     compared = {"output": y.detach().clone()} if mode != "bwd" else {}

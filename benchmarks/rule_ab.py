@@ -9,7 +9,10 @@ round to round), every compiled specialization and cached decision is dropped
 (``kernel.reset``, the package's ``functools`` caches), then each product's forward
 (``helion_ops.matmul``) and ``torch.mm`` are timed under CUDA graphs (the measure of
 tritonbench's ``--cudagraph``), with the errors of ``matmul`` and ``addmm`` (a bias of N)
-against float64 over the largest reference value, aten's beside them. Each row is printed
+against float64 over the largest reference value, aten's beside them. ``--mode bwd`` times
+the backward instead (``helion_ops.matmul``'s and ``torch.matmul``'s, as the built-in
+harness and tritonbench's plugin capture it: ``grad_out @ b.T`` and ``a.T @ grad_out``),
+with the larger error of the two gradients. Each row is printed
 (and ``--json`` rewritten) as it is measured, so that a run cut short keeps what it timed;
 at the end it prints each product's best time on and off and their geomean ratio.
 Use shapes that are not in ``benchmarks/shapes/validation.csv``.
@@ -127,6 +130,23 @@ def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> dict:
     return {**times, **errors}
 
 
+def measure_backward(a: torch.Tensor, b: torch.Tensor, cudagraph: bool = True) -> dict:
+    """One product's backward times and gradients' errors, as the runtime routes it now (on
+    the CPU without graphs, by a wall clock: not meaningful)."""
+    from benchmarks import harness
+
+    a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+    grad_out = harness.grad_out_of(a.new_empty(a.shape[0], b.shape[1])).double()
+    references = (grad_out @ b.double().T, a.double().T @ grad_out)
+    row = {}
+    for prefix, fn in (("", helion_ops.matmul), ("aten_", torch.matmul)):
+        grads, step = harness.results_and_step(fn, [a, b], "bwd", cudagraph)
+        row[f"{prefix}us"] = harness.latency_ms(step, a.is_cuda, cudagraph) * 1e3
+        errors = [relative_error(grads[f"grad {i}"], ref) for i, ref in enumerate(references)]
+        row[f"{prefix}rel_err"] = max(errors)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     description = " ".join(__doc__.split("\n\n")[0].split())
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rule_ab", description=description)
@@ -136,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         "--dtype", default="bfloat16", type=torch_name, choices=["bfloat16", "float16"]
     )
     parser.add_argument("--rounds", type=positive, default=2, help="at least 1 (default 2)")
+    parser.add_argument(
+        "--mode", choices=["fwd", "bwd"], default="fwd", help="the pass to time (default fwd)"
+    )
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     try:
@@ -150,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     for m, n, k, layout in args.shape:
         a, b = operands(m, n, k, layout, dtype)
         products.append(((m, n, k, layout), a, b, torch.randn(n, device="cuda", dtype=dtype)))
-    meta = {"device": torch.cuda.get_device_name(), "dtype": args.dtype, "off": args.off}
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "dtype": args.dtype,
+        "off": args.off,
+        "mode": args.mode,
+    }
     rows = []
     for round_ in range(args.rounds):
         for rule in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
@@ -158,13 +186,14 @@ def main(argv: list[str] | None = None) -> int:
                 forget_decisions()
                 for (m, n, k, layout), a, b, bias in products:
                     row = {"shape": f"{m}x{n}x{k}", "layout": layout, "rule": rule}
-                    rows.append({**row, "round": round_, **measure(a, b, bias)})
+                    times = measure(a, b, bias) if args.mode == "fwd" else measure_backward(a, b)
+                    rows.append({**row, "round": round_, **times})
                     print(json.dumps(rows[-1]), flush=True)
                     if args.json:
                         with open(args.json, "w") as f:
                             json.dump({**meta, "rows": rows}, f, indent=1)
     forget_decisions()
-    print(f"rule {' '.join(args.off)}: best us on | off | aten, and off / on")
+    print(f"rule {' '.join(args.off)}, {args.mode}: best us on | off | aten, and off / on")
     gains = []
     for (m, n, k, layout), *_ in products:
         mine = [r for r in rows if r["shape"] == f"{m}x{n}x{k}" and r["layout"] == layout]

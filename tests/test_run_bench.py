@@ -1089,9 +1089,11 @@ def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
         assert bad[-1] in capsys.readouterr().err
 
 
-def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys, mode):
     """A run of ``benchmarks.rule_ab`` cut short (a timeout's signal, here on the third
-    product) has printed, and written to ``--json``, every row it measured before."""
+    product) has printed, and written to ``--json``, every row it measured before, of the
+    pass ``--mode`` names."""
     import torch
 
     from benchmarks import rule_ab
@@ -1102,18 +1104,39 @@ def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(rule_ab.torch, "randn", lambda *args, **kwargs: None)
     monkeypatch.setattr(rule_ab, "forget_decisions", lambda: None)
     times = iter([{"us": 2.0, "aten_us": 3.0}, {"us": 4.0, "aten_us": 3.0}])
-    monkeypatch.setattr(rule_ab, "measure", lambda *operands: next(times))
+    timed, untimed = ("measure", "measure_backward")[:: 1 if mode == "fwd" else -1]
+    monkeypatch.setattr(rule_ab, timed, lambda *operands: next(times))
+    monkeypatch.setattr(rule_ab, untimed, None)
     path = tmp_path / "ab.json"
     argv = ["--off", "narrow_tiles.narrow_columns", "--shape", "64x64x64", "--shape", "96x8x4096"]
     with pytest.raises(StopIteration):
-        rule_ab.main([*argv, "--rounds", "1", "--json", str(path)])
+        rule_ab.main([*argv, "--rounds", "1", "--mode", mode, "--json", str(path)])
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     written = json.loads(path.read_text())
     assert printed == written["rows"] and written["device"] == "a GPU"
+    assert written["mode"] == mode
     assert [(r["shape"], r["rule"], r["us"]) for r in printed] == [
         ("64x64x64", "on", 2.0),
         ("96x8x4096", "on", 4.0),
     ]
+
+
+def test_rule_ab_times_the_backward_and_checks_both_gradients(monkeypatch):
+    """``benchmarks.rule_ab --mode bwd``'s measure (on the CPU, without graphs): both
+    gradients of ``helion_ops.matmul`` and of torch's, a column-major operand among them,
+    against float64; a wrong gradient shows in the error."""
+    import torch
+
+    import helion_ops
+    from benchmarks import rule_ab
+
+    a, b = torch.randn(40, 24), torch.randn(19, 24).T
+    row = rule_ab.measure_backward(a, b, cudagraph=False)
+    assert row.keys() == {"us", "rel_err", "aten_us", "aten_rel_err"}
+    assert row["rel_err"] < 1e-5 and row["aten_rel_err"] < 1e-5, row
+    assert row["us"] > 0 and row["aten_us"] > 0
+    monkeypatch.setattr(helion_ops, "matmul", lambda x, y: torch.matmul(1.01 * x, y))
+    assert rule_ab.measure_backward(a, b, cudagraph=False)["rel_err"] > 5e-3
 
 
 def test_the_cpu_host_bench_times_every_row_in_turn():
