@@ -538,19 +538,33 @@ def test_halved_tiles_halve_each_products_longer_side():
 
 
 # Compiles a generated module's kernel (bf16 operands, 16-byte aligned as torch allocates
-# them, which Triton specializes on at launch) for sm90 and prints its shared memory.
+# them, which Triton specializes on at launch; tensor descriptors built on the host of the
+# block shapes its host code gives them) for sm90 and prints its shared memory.
 COMPILE_FOR_SM90 = """
-import importlib.util, sys, triton
+import importlib.util, re, sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.runtime.jit import mangle_type
+from triton.tools.tensor_descriptor import TensorDescriptor
 spec = importlib.util.spec_from_file_location("generated", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-(fn,) = [v for name, v in vars(module).items() if name.startswith("_helion_")]
-signature = {arg: "constexpr" if arg == "_NUM_SM" else "*bf16" for arg in fn.arg_names}
+(fn,) = [v for n, v in vars(module).items() if n.startswith("_helion_") and hasattr(v, "arg_names")]
+code = open(sys.argv[1]).read()
+sizes = dict(re.findall(r"^(_BLOCK_SIZE_\\d+) = tl.constexpr\\((\\d+)\\)", code, re.M))
+blocks = iter(re.findall(r"\\[(_BLOCK_SIZE_\\d+), (_BLOCK_SIZE_\\d+)\\]\\)", code))
+def descriptor(rows, cols):
+    base = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    return mangle_type(TensorDescriptor(base, [4096, 4096], [4096, 1], [rows, cols]))
+signature = {
+    arg: "constexpr" if arg == "_NUM_SM"
+    else descriptor(*(int(sizes[b]) for b in next(blocks))) if arg.endswith("_desc")
+    else "*bf16"
+    for arg in fn.arg_names
+}
 persistent = "_NUM_SM" in fn.arg_names
 constexprs = {(fn.arg_names.index("_NUM_SM"),): 132} if persistent else {}
-aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a != "_NUM_SM"}
+aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(signature.values()) if a[0] == "*"}
 source = ASTSource(fn, signature, constexprs=constexprs, attrs=aligned)
 options = {"num_warps": int(sys.argv[2]), "num_stages": int(sys.argv[3])}
 print(triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared)
@@ -573,6 +587,43 @@ def shared_memory_on_sm90(code: str, config: helion.Config, tmp_path) -> int:
         check=True,
     )
     return int(run.stdout.split()[-1])
+
+
+@pytest.fixture
+def host_descriptors_on_the_cpu(monkeypatch):
+    """Helion generates code for descriptors built on the host (``host_tensor_descriptors``)
+    for CUDA devices of sm90 and later only; for these CPU-bound kernels its config spec
+    accepts the key, so that the code can be compiled for sm90."""
+    from helion.autotuner.config_spec import ConfigSpec
+
+    supports = ConfigSpec.supports_config_key
+    monkeypatch.setattr(
+        ConfigSpec,
+        "supports_config_key",
+        lambda spec, key: key == "host_tensor_descriptors" or supports(spec, key),
+    )
+
+
+POINTER_CANDIDATES = [c for c in model.BATCH_CANDIDATES if c.config.get("indexing") == "pointer"]
+
+
+@pytest.mark.parametrize("candidate", POINTER_CANDIDATES, ids=lambda c: str(c["block_sizes"]))
+def test_pointer_tiles_on_host_descriptors_fit_shared_memory(
+    candidate, host_descriptors_on_the_cpu, tmp_path
+):
+    """``loads.pointer_tiles_on_host_descriptors`` moves a pointer candidate onto descriptors
+    built on the host at its own depth. Compiled for sm90, each holds its pipeline and asks no
+    more than an H200's shared memory: the output tile's store reuses the pipeline's buffers
+    (128x256x64 in 4 stages: 192 KiB of operands, no room for another 64 KiB)."""
+    x, y = (torch.randn(size, dtype=torch.bfloat16) for size in [(1400, 1200), (1200, 1000)])
+    config = helion.Config(
+        **{**candidate.config, "indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+    )
+    code = matmul_kernel.bind((x, y, scaled(1.0))).to_triton_code(config)
+    assert "_helion_tensor_descriptor(" in code
+    bm, bn, bk = config.config["block_sizes"]
+    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
+    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
 
 
 @pytest.mark.parametrize("layout", ["tt", "tn", "nt", "nn"])
