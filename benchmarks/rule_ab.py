@@ -33,6 +33,7 @@ import torch
 import triton
 
 import helion_ops
+from benchmarks import harness
 from benchmarks.cli import positive
 from helion_ops import kernel
 from helion_ops.dtype_names import torch_name
@@ -135,8 +136,6 @@ def measure_backward(a: torch.Tensor, b: torch.Tensor, cudagraph: bool = True) -
     the CPU without graphs, by a wall clock: not meaningful). The gradients are compared
     after both are timed (drawn and compared between the two timings, as first written, the
     float64 references and the seeded draw left a capture failing on an H100)."""
-    from benchmarks import harness
-
     a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
     row, grads = {}, {}
     for prefix, fn in (("", helion_ops.matmul), ("aten_", torch.matmul)):
