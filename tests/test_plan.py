@@ -185,6 +185,39 @@ def test_a_plan_makes_each_calls_tensor_descriptors_on_its_tensors():
     assert plan.descriptors[0][1].base is x  # the first call's descriptor as it was
 
 
+def test_a_pairs_plan_makes_descriptors_of_each_products_operands_and_output():
+    """A pair's host function (as Helion generates ``pair_kernel``'s on host-built
+    descriptors) passes a descriptor of each of its four operands and two outputs, in the
+    kernel's order (x1, y1, out1, y2, x2, out2): each call's are of its own tensors."""
+
+    def descriptor(t, block):
+        return TensorDescriptor(t, list(t.shape), [t.stride(0), 1], block)
+
+    blocks = [("x1", [16, 8]), ("y1", [8, 16]), ("out1", [16, 16])]
+    blocks += [("y2", [8, 16]), ("x2", [16, 8]), ("out2", [16, 16])]
+
+    def host_function(x1, y1, x2, y2, epilogue1, epilogue2, _launcher):
+        out1 = x1.new_empty(x1.shape[0], y1.shape[1])
+        out2 = x2.new_empty(x2.shape[0], y2.shape[1])
+        tensors = {"x1": x1, "y1": y1, "out1": out1, "y2": y2, "x2": x2, "out2": out2}
+        _launcher("triton kernel", (8,), *(descriptor(tensors[n], b) for n, b in blocks), 64)
+        return out1, out2
+
+    def operands():
+        return rand(24, 32), rand(32, 40), rand(48, 24), rand(24, 40)
+
+    launcher = RecordingLauncher()
+    scales = (kernel.scaled(1.0), kernel.scaled(1.0))
+    plan = plans.plan_for(host_function, launcher, (*operands(), *scales))
+    assert isinstance(plan, LaunchPlan) and len(plan.descriptors) == 6
+    second = operands()
+    out1, out2 = plan(*second, *scales)
+    ((*descriptors, block),) = launcher.launches
+    x1, y1, x2, y2 = second
+    assert [d.base for d in descriptors] == [x1, y1, out1, y2, x2, out2] and block == 64
+    assert [d.block_shape for d in descriptors] == [b for _, b in blocks]
+
+
 def test_a_host_function_that_passes_another_tensor_gets_no_plan():
     """A launch argument built on a tensor other than the call's operands and outputs (a
     scratch tensor the host function made, or a descriptor of one) cannot be a plan's
