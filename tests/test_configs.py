@@ -13,6 +13,7 @@ import helion
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
+from reference import assert_matches
 
 from helion_ops import (
     candidates,
@@ -602,6 +603,46 @@ def host_descriptors_on_the_cpu(monkeypatch):
         "supports_config_key",
         lambda spec, key: key == "host_tensor_descriptors" or supports(spec, key),
     )
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CUDA tests run host-built descriptors on the GPU")
+@pytest.mark.parametrize("columns", [(False, False), (True, False), (False, True)], ids=str)
+def test_host_descriptor_configs_compute_both_kernels_products(
+    columns, host_descriptors_on_the_cpu
+):
+    """The code Helion generates for descriptors built on the host, run by Triton's
+    interpreter on sizes that leave partial tiles in every dimension: a product and the
+    backward's pair (whose loads of column-major operands transpose the loaded tile), each
+    against float64 and torch."""
+    mat1, mat2 = (torch.randn(s) for s in [(40, 56), (56, 24)])
+    mat1, mat2 = (
+        t.T.contiguous().T if c else t for t, c in zip((mat1, mat2), columns, strict=True)
+    )
+    grad_out = torch.randn(40, 24)
+    config = {"num_warps": 4, "num_stages": 2, "pid_type": "flat"}
+    config |= {"indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+    matmul_kernel.reset()
+    pair_kernel.reset()
+    product = matmul_kernel.bind((mat1, mat2, scaled(1.0)))
+    tiles = helion.Config(block_sizes=[16, 16, 16], **config)
+    assert product.to_triton_code(tiles).count("_helion_tensor_descriptor(") == 3
+    out = product.compile_config(tiles)(mat1, mat2, scaled(1.0))
+    assert_matches("product", out, mat1 @ mat2, mat1.double() @ mat2.double())
+    pairs = []  # the backward's pair operands, as ops passes them to the pair
+
+    def pair(*args):
+        pairs.append(args[:4])
+        return grad_out, grad_out
+
+    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, columns)
+    (operands,) = pairs
+    bound = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0)))
+    tiles = helion.Config(block_sizes=[16, 16, 16] * 2, **config)
+    assert bound.to_triton_code(tiles).count("_helion_tensor_descriptor(") == 6
+    outs = bound.compile_config(tiles)(*operands, scaled(1.0), scaled(1.0))
+    products = (operands[:2], operands[2:])
+    for name, got, (x, y) in zip(("first", "second"), outs, products, strict=True):
+        assert_matches(f"pair's {name}", got, x @ y, x.double() @ y.double())
 
 
 POINTER_CANDIDATES = [c for c in model.BATCH_CANDIDATES if c.config.get("indexing") == "pointer"]
