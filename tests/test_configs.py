@@ -594,7 +594,8 @@ def shared_memory_on_sm90(code: str, config: helion.Config, tmp_path) -> int:
 def host_descriptors_on_the_cpu(monkeypatch):
     """Helion generates code for descriptors built on the host (``host_tensor_descriptors``)
     for CUDA devices of sm90 and later only; for these CPU-bound kernels its config spec
-    accepts the key, so that the code can be compiled for sm90."""
+    accepts the key, so that the code can be generated (then compiled for sm90, or run in
+    Triton's interpreter)."""
     from helion.autotuner.config_spec import ConfigSpec
 
     supports = ConfigSpec.supports_config_key
