@@ -323,15 +323,16 @@ def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
 
 
 @needs_cuda
+@pytest.mark.parametrize("size", [1000, 1400])
 @pytest.mark.parametrize("columns", [(False, False), (False, True), (True, False)])
-def test_host_descriptors_are_encoded_on_each_calls_tensors(extension, columns):
-    """Rows of 1000 bf16 elements start off 128-byte lines, where the runtime builds the TMA
-    descriptors on the host (``loads.pointer_tiles_on_host_descriptors``,
-    ``loads.host_descriptors_pay``): the extension encodes them on each call's own tensors
-    (three pairs of operands and gradients of one key, all alive at once, so that no call can
-    read another's memory)."""
+def test_host_descriptors_are_encoded_on_each_calls_tensors(extension, columns, size):
+    """Rows of 1000 or 1400 bf16 elements start off 128-byte lines, where the runtime builds
+    the TMA descriptors on the host (``loads.pointer_tiles_on_host_descriptors``,
+    ``loads.host_descriptors_pay``; at 1400^3 the backward's pair too): the extension
+    encodes them on each call's own tensors (three pairs of operands and gradients of one
+    key, all alive at once, so that no call can read another's memory)."""
     _, calls = extension
-    m = n = k = 1000
+    m = n = k = size
     shapes = [(m, k), (k, n)]
     inputs = [
         [make(s, torch.bfloat16, transposed=c) for s, c in zip(shapes, columns, strict=True)]
