@@ -590,6 +590,19 @@ def shared_memory_on_sm90(code: str, config: helion.Config, tmp_path) -> int:
     return int(run.stdout.split()[-1])
 
 
+def backward_pair_operands(mat1, mat2, grad_out, column_major) -> tuple:
+    """The four operands ``ops`` passes the backward's pair kernel for ``mat1 @ mat2``."""
+    pairs = []
+
+    def pair(*args):
+        pairs.append(args[:4])
+        return grad_out, grad_out
+
+    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, column_major)
+    (operands,) = pairs
+    return operands
+
+
 @pytest.fixture
 def host_descriptors_on_the_cpu(monkeypatch):
     """Helion generates code for descriptors built on the host (``host_tensor_descriptors``)
@@ -629,14 +642,7 @@ def test_host_descriptor_configs_compute_both_kernels_products(
     assert product.to_triton_code(tiles).count("_helion_tensor_descriptor(") == 3
     out = product.compile_config(tiles)(mat1, mat2, scaled(1.0))
     assert_matches("product", out, mat1 @ mat2, mat1.double() @ mat2.double())
-    pairs = []  # the backward's pair operands, as ops passes them to the pair
-
-    def pair(*args):
-        pairs.append(args[:4])
-        return grad_out, grad_out
-
-    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, columns)
-    (operands,) = pairs
+    operands = backward_pair_operands(mat1, mat2, grad_out, columns)
     bound = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0)))
     tiles = helion.Config(block_sizes=[16, 16, 16] * 2, **config)
     assert bound.to_triton_code(tiles).count("_helion_tensor_descriptor(") == 6
@@ -680,14 +686,7 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     mat1, mat2, grad_out = (torch.randn(1536, 1536, dtype=torch.bfloat16) for _ in range(3))
     column_major = layout[0] == "n", layout[1] == "n"
     mat1, mat2 = (t.T if col else t for t, col in zip((mat1, mat2), column_major, strict=True))
-    pairs = []  # the backward's pair operands, as ops passes them to the pair
-
-    def pair(*args):
-        pairs.append(args[:4])
-        return grad_out, grad_out
-
-    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, column_major)
-    (operands,) = pairs
+    operands = backward_pair_operands(mat1, mat2, grad_out, column_major)
     config = helion.Config(
         block_sizes=[128, 128, 64] * 2,
         num_warps=8,
