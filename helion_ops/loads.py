@@ -55,17 +55,19 @@ def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
 
 
 def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> bool:
-    """Whether a plain product's pointer config loads its tiles by tensor descriptors built
-    on the host instead: its two operands can be loaded so (``tma_aligned``) and some rows
-    start off 128-byte lines. The model chooses pointer tiles for sub-wave products (1000^3:
-    64x128) as device-built descriptors cost each program more than they save (NOTES 80:
-    host-built ones 0-12% faster there, on lines); off lines the pointer tiles cost more than
-    descriptors (NOTES 90: 2200^3 71.4 us against 63.1). Measured (NOTES 139, six products of
-    no set around 1000-1400, under graphs): 1.16-1.24x faster than the pointer tiles on five
-    (H100), 0.96x on 1000x1000x2000; host-built 1.17-1.26x faster than device-built
-    descriptors on all six (H200)."""
+    """Whether a plain product's or a backward pair's pointer config loads its tiles by
+    tensor descriptors built on the host instead: its operands (two, or a pair's four) can
+    be loaded so (``tma_aligned``) and some rows start off 128-byte lines. The model chooses
+    pointer tiles for sub-wave products (1000^3: 64x128), and ``configs.pair_rule`` for small
+    pairs (1000^3's backward: 128x128), as device-built descriptors cost each program more
+    than they save (NOTES 80: host-built ones 0-12% faster there, on lines); off lines the
+    pointer tiles cost more than descriptors (NOTES 90: 2200^3 71.4 us against 63.1).
+    Measured on forwards (NOTES 139, six products of no set around 1000-1400, under graphs):
+    1.16-1.24x faster than the pointer tiles on five (H100), 0.96x on 1000x1000x2000;
+    host-built 1.17-1.26x faster than device-built descriptors on all six (H200). The pairs:
+    NOTES 141."""
     return (
-        len(operands) == 2
+        len(operands) in (2, 4)
         and config.get("indexing") == "pointer"
         and "split_k" not in config
         and tma_aligned(*operands)

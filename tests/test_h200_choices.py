@@ -11,10 +11,11 @@ import torch
 from conftest import HAS_CUDA
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helion_ops import configs, long_k, narrow_tiles, staging
+from helion_ops import configs, long_k, narrow_tiles, ops, staging
 from helion_ops.kernel import (
     long_k_product,
     matmul_kernel,
+    pair_kernel,
     scaled,
     split_k_kernel,
     transposed_kernel,
@@ -185,6 +186,36 @@ def test_pointer_tiles_of_rows_off_lines_load_by_host_descriptors(m, n, k, tiles
         bound = kernel.bind((a, b, scaled(1.0)))
         chosen = configs.choose_config(bound, x, y).config
         selected = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+    assert chosen["indexing"] == "pointer"
+    assert selected["indexing"] == ("tensor_descriptor" if tiles else "pointer")
+    assert selected.get("host_tensor_descriptors", False) is tiles
+    assert selected["block_sizes"] == chosen["block_sizes"]
+
+
+@pytest.mark.parametrize(
+    "m, n, k, tiles",
+    [(1000, 1000, 1000, True), (1000, 2000, 1000, True), (1024, 1024, 1024, False)],
+    ids=str,
+)
+def test_a_backward_pairs_pointer_tiles_of_rows_off_lines_load_by_host_descriptors(m, n, k, tiles):
+    """The backward's pair at 1000^3 (``pair_rule``'s 128x128 pointer tiles) and at
+    1000x2000x1000 (the wave model's) loads by descriptors built on the host, its rows of 2000
+    bytes off lines (``loads.pointer_tiles_on_host_descriptors``, NOTES 141); 1024^3's rows
+    lie on lines and keep their pointer tiles."""
+    mat1, mat2, grad_out = operand(m, k, False), operand(k, n, False), operand(m, n, False)
+    pairs = []  # the backward's pair operands, as ops passes them to the pair
+
+    def pair(*args):
+        pairs.append(args[:4])
+        return grad_out, grad_out
+
+    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, (False, False))
+    (operands,) = pairs
+    bound = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0)))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fakes = [on_gpu(t) for t in operands]
+        chosen = configs.choose_config(bound, *fakes).config
+        selected = configs.select_config(bound, (*fakes, scaled(1.0), scaled(1.0))).config.config
     assert chosen["indexing"] == "pointer"
     assert selected["indexing"] == ("tensor_descriptor" if tiles else "pointer")
     assert selected.get("host_tensor_descriptors", False) is tiles
