@@ -675,6 +675,39 @@ def test_pointer_tiles_on_host_descriptors_fit_shared_memory(
     assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
 
 
+@pytest.mark.parametrize(
+    "config",
+    [configs.pair_rule((1000, 1000, 1000), (1000, 1000, 1000), torch.bfloat16)]
+    + [configs.pair_of(c) for c in POINTER_CANDIDATES],
+    ids=lambda c: str(c["block_sizes"][:3]),
+)
+def test_a_pairs_pointer_tiles_on_host_descriptors_fit_shared_memory(
+    config, host_descriptors_on_the_cpu, tmp_path
+):
+    """The backward pair's pointer configs (``pair_rule``'s, the wave model's candidates as a
+    pair) moved onto descriptors built on the host: compiled for sm90, one pipeline for both
+    loops within an H200's shared memory."""
+    sizes = [(1400, 1200), (1200, 1000), (1400, 1000)]
+    mat1, mat2, grad_out = (torch.randn(size, dtype=torch.bfloat16) for size in sizes)
+    pairs = []  # the backward's pair operands, as ops passes them to the pair
+
+    def pair(*args):
+        pairs.append(args[:4])
+        return grad_out, grad_out
+
+    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, (False, False))
+    (operands,) = pairs
+    config = helion.Config(
+        **{**config.config, "indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+    )
+    pair_kernel.reset()  # (bound by an earlier case on tensors now freed: no alignment proof)
+    code = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0))).to_triton_code(config)
+    assert code.count("_helion_tensor_descriptor(") == 6  # both products: x, y and the output
+    bm, bn, bk = config.config["block_sizes"][:3]
+    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
+    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
+
+
 @pytest.mark.parametrize("layout", ["tt", "tn", "nt", "nn"])
 def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     """The pair's two K loops never run at once, so their pipelines can share shared memory.
