@@ -689,14 +689,7 @@ def test_a_pairs_pointer_tiles_on_host_descriptors_fit_shared_memory(
     loops within an H200's shared memory."""
     sizes = [(1400, 1200), (1200, 1000), (1400, 1000)]
     mat1, mat2, grad_out = (torch.randn(size, dtype=torch.bfloat16) for size in sizes)
-    pairs = []  # the backward's pair operands, as ops passes them to the pair
-
-    def pair(*args):
-        pairs.append(args[:4])
-        return grad_out, grad_out
-
-    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, (False, False))
-    (operands,) = pairs
+    operands = backward_pair_operands(mat1, mat2, grad_out, (False, False))
     config = helion.Config(
         **{**config.config, "indexing": "tensor_descriptor", "host_tensor_descriptors": True}
     )

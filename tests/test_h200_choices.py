@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import HAS_CUDA
+from test_configs import backward_pair_operands
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helion_ops import configs, long_k, narrow_tiles, ops, staging
+from helion_ops import configs, long_k, narrow_tiles, staging
 from helion_ops.kernel import (
     long_k_product,
     matmul_kernel,
@@ -203,14 +204,7 @@ def test_a_backward_pairs_pointer_tiles_of_rows_off_lines_load_by_host_descripto
     bytes off lines (``loads.pointer_tiles_on_host_descriptors``, NOTES 141); 1024^3's rows
     lie on lines and keep their pointer tiles."""
     mat1, mat2, grad_out = operand(m, k, False), operand(k, n, False), operand(m, n, False)
-    pairs = []  # the backward's pair operands, as ops passes them to the pair
-
-    def pair(*args):
-        pairs.append(args[:4])
-        return grad_out, grad_out
-
-    ops._operand_grads(mat1, mat2, (True, True), grad_out, 1.0, None, pair, (False, False))
-    (operands,) = pairs
+    operands = backward_pair_operands(mat1, mat2, grad_out, (False, False))
     bound = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0)))
     with FakeTensorMode(allow_non_fake_inputs=True):
         fakes = [on_gpu(t) for t in operands]
