@@ -59,6 +59,7 @@ from helion_ops.loads import (
     host_descriptors_pay,
     k_masks_vectorize,
     masks_vectorize,
+    model_tiles_on_host_descriptors,
     pointer_tiles_on_host_descriptors,
     row_bytes,
     rows_off_lines,
@@ -190,6 +191,8 @@ def choose_config(
         batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
         config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
         config = config or model.choose(product, tma_only, break_ties)
+        if config is not None and epilogue != "bias" and not transposed:
+            config = on_host_descriptors(config, a, b)
     if config is None:
         return bound_kernel.config_spec.default_config()
     itemsize, mnk = dtype.itemsize, mnks[0]
@@ -201,6 +204,15 @@ def choose_config(
     if transposed:
         return config
     return streaming(deepened(config, itemsize, product.k), itemsize, *mnk)
+
+
+def on_host_descriptors(config: helion.Config, a: torch.Tensor, b: torch.Tensor) -> helion.Config:
+    """The model's choice for ``a @ b``, its pointer tiles on descriptors built on the host
+    where ``loads.model_tiles_on_host_descriptors``."""
+    if not model_tiles_on_host_descriptors(config.config, a, b):
+        return config
+    moved = {"indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+    return helion.Config(**{**config.config, **moved})
 
 
 def model_product(a: torch.Tensor, b: torch.Tensor) -> Product:

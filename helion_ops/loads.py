@@ -75,6 +75,19 @@ def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> 
     )
 
 
+def model_tiles_on_host_descriptors(config: dict, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the wave model's pointer tiles for a plain ``a @ b`` (its generic or batch
+    choice, no bias; not the table's entries, nor streaming, narrow or transposed products)
+    load by tensor descriptors built on the host, on rows on 128-byte lines as off them
+    (``pointer_tiles_on_host_descriptors`` moves those off lines): where ``a`` and ``b`` can
+    be loaded so (``tma_aligned``). The model was fit on descriptors built in every program,
+    which cost sub-wave products more than pointer tiles; built on the host the same tiles
+    ran 0.98-1.28x the pointer tiles' speed on the H200 (NOTES 80: 1024^3 'rc' 64x128x64 6.9
+    -> 5.4 us, 1664^3 21.7 -> 20.2), and launch plans now build them per call in C++ (NOTES
+    139). NOTES 142."""
+    return config.get("indexing") == "pointer" and "split_k" not in config and tma_aligned(a, b)
+
+
 def _off_lines(t: torch.Tensor) -> bool:
     """Whether a 2-D tensor's rows (columns, where column-major) start off 128-byte lines."""
     return t.dim() == 2 and max(t.stride()) * t.element_size() % LINE_BYTES != 0

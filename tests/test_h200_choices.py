@@ -18,6 +18,7 @@ from helion_ops.kernel import (
     matmul_kernel,
     pair_kernel,
     scaled,
+    scaled_plus_bias,
     split_k_kernel,
     transposed_kernel,
 )
@@ -214,3 +215,35 @@ def test_a_backward_pairs_pointer_tiles_of_rows_off_lines_load_by_host_descripto
     assert selected["indexing"] == ("tensor_descriptor" if tiles else "pointer")
     assert selected.get("host_tensor_descriptors", False) is tiles
     assert selected["block_sizes"] == chosen["block_sizes"]
+
+
+@pytest.mark.parametrize(
+    "m, n, k, bias, moved",
+    [
+        (1024, 4096, 3072, False, True),  # the model's 128x256x64 pointer tiles
+        (768, 1536, 1024, False, True),  # 128x128x64
+        (1280, 512, 512, False, True),  # 64x128x64
+        (1024, 4096, 3072, True, False),  # a bias epilogue keeps its pointer tiles
+        (1024, 4096, 1024, False, False),  # the table's entry, measured on pointer tiles
+    ],
+    ids=str,
+)
+def test_the_models_pointer_tiles_on_lines_load_by_host_descriptors(
+    monkeypatch, m, n, k, bias, moved
+):
+    """Rows on 128-byte lines: the wave model's pointer choice for a plain product loads by
+    descriptors built on the host, its tiles and depth kept
+    (``loads.model_tiles_on_host_descriptors``, NOTES 142); a bias epilogue's choice and
+    a table entry keep their pointer tiles."""
+    a, b = operand(m, k, False), operand(k, n, False)
+    epilogue = scaled_plus_bias(1.0, 1.0, operand(m, n, False)) if bias else scaled(1.0)
+    bound = matmul_kernel.bind((a, b, epilogue))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(a), on_gpu(b)
+        assert not configs.transposed_pays(x, y)
+        selected = configs.select_config(bound, (x, y, epilogue)).config.config
+        monkeypatch.setattr(configs, "model_tiles_on_host_descriptors", lambda *args: False)
+        pointer = configs.select_config(bound, (x, y, epilogue)).config.config
+    assert pointer["indexing"] == "pointer"
+    moved_fields = {"indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+    assert selected == ({**pointer, **moved_fields} if moved else pointer)
