@@ -82,9 +82,9 @@ def model_tiles_on_host_descriptors(config: dict, a: torch.Tensor, b: torch.Tens
     (``pointer_tiles_on_host_descriptors`` moves those off lines): where ``a`` and ``b`` can
     be loaded so (``tma_aligned``). The model was fit on descriptors built in every program,
     which cost sub-wave products more than pointer tiles; built on the host the same tiles
-    ran 0.98-1.28x the pointer tiles' speed on the H200 (NOTES 80: 1024^3 'rc' 64x128x64 6.9
-    -> 5.4 us, 1664^3 21.7 -> 20.2), and launch plans now build them per call in C++ (NOTES
-    139). NOTES 142."""
+    at the same depth ran 1.02-1.28x the pointer tiles' speed on the H200 (NOTES 80: 1024^3
+    'rc' 64x128x64 6.9 -> 5.4 us, 1664^3 21.7 -> 20.2), and launch plans now build them per
+    call in C++ (NOTES 139). NOTES 142."""
     return config.get("indexing") == "pointer" and "split_k" not in config and tma_aligned(a, b)
 
 
