@@ -494,8 +494,14 @@ def select_config(
     """Helion ``autotuner_fn``: the table or rule, or Helion's autotuner when opted in."""
     if os.environ.get(AUTOTUNE_ENV, "") not in ("", "0"):
         return default_autotuner_fn(bound_kernel, args, **kwargs)
-    operands = [a for a in args if isinstance(a, torch.Tensor)]
+    operands = tensors_in(args)
     return _Chosen(as_launched(choose_config(bound_kernel, *operands), *operands))
+
+
+def tensors_in(args: Sequence[object]) -> list[torch.Tensor]:
+    """A kernel's tensor arguments (operands and outputs), in order: what ``choose_config``
+    and ``as_launched`` take; its epilogue and scalars left out."""
+    return [a for a in args if isinstance(a, torch.Tensor)]
 
 
 def as_launched(config: helion.Config, *operands: torch.Tensor) -> helion.Config:

@@ -251,7 +251,7 @@ def _compile_into_cache(job: tuple) -> None:
         launch_mm(*args[:2])
         launch_mm(*args[2:4])
         config_dicts = []
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    tensors = configs.tensors_in(args)
     for config in config_dicts:
         try:
             bound.compile_config(configs.as_launched(helion.Config(**config), *tensors))(*args)
@@ -279,7 +279,7 @@ def candidates_of_key(key: tuple, dtype: torch.dtype) -> list:
     bound, args, _ = _bound(m, n, k, layout, epilogue, dtype, fill=torch.empty)
     default, more = bound.config_spec.default_config(), candidates_for(m, n, k, dtype, epilogue)
     if torch.cuda.is_available():
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        tensors = configs.tensors_in(args)
         rule = configs.choose_config(bound, *tensors, table=False)
         if rule != default:
             more = [rule, *(c for c in more if c != rule)]
@@ -363,7 +363,7 @@ def tune_key(
         bias = tuple(c.cell_contents for c in cells if isinstance(c.cell_contents, torch.Tensor))
         transposed_ms = bench(lambda: _run(transposed_kernel, args, bias))
     timings = []
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    tensors = configs.tensors_in(args)
     for config in candidates:
         try:  # as the runtime launches it; the entry keeps the config as chosen
             run = bound.compile_config(configs.as_launched(config, *tensors))
