@@ -64,8 +64,9 @@ def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> 
     pointer tiles cost more than descriptors (NOTES 90: 2200^3 71.4 us against 63.1).
     Measured on forwards (NOTES 139, six products of no set around 1000-1400, under graphs):
     1.16-1.24x faster than the pointer tiles on five (H100), 0.96x on 1000x1000x2000;
-    host-built 1.17-1.26x faster than device-built descriptors on all six (H200). The pairs:
-    NOTES 141."""
+    host-built 1.17-1.26x faster than device-built descriptors on all six (H200). The
+    backward pairs (NOTES 143, seven backwards of no set of sizes 520-2000, H100): 1.03-1.21x
+    faster, geomean 1.14x; 1000^3's backward 1.08-1.17x in the validation set."""
     return (
         len(operands) in (2, 4)
         and config.get("indexing") == "pointer"
@@ -84,7 +85,8 @@ def model_tiles_on_host_descriptors(config: dict, a: torch.Tensor, b: torch.Tens
     which cost sub-wave products more than pointer tiles; built on the host the same tiles
     at the same depth ran 1.02-1.28x the pointer tiles' speed on the H200 (NOTES 80: 1024^3
     'rc' 64x128x64 6.9 -> 5.4 us, 1664^3 21.7 -> 20.2), and launch plans now build them per
-    call in C++ (NOTES 139). NOTES 142."""
+    call in C++ (NOTES 139). Measured (NOTES 143, seven products of no set, H100, under
+    graphs): 0.99-1.07x, geomean 1.03x; the validation set's times unmoved."""
     return config.get("indexing") == "pointer" and "split_k" not in config and tma_aligned(a, b)
 
 
