@@ -171,6 +171,15 @@ def test_descriptors_of_rows_off_lines_are_built_on_the_host(m, n, k, host):
     }
 
 
+def assert_pointer_tiles_moved(chosen: dict, selected: dict, moved: bool) -> None:
+    """``select_config`` launches ``choose_config``'s pointer tiles by descriptors built on
+    the host where ``moved``, else as chosen; the tiles the same either way."""
+    assert chosen["indexing"] == "pointer"
+    assert selected["indexing"] == ("tensor_descriptor" if moved else "pointer")
+    assert selected.get("host_tensor_descriptors", False) is moved
+    assert selected["block_sizes"] == chosen["block_sizes"]
+
+
 @pytest.mark.parametrize(
     "m, n, k, tiles",
     [(1000, 1000, 1000, True), (1024, 1024, 1024, False), (1000, 1000, 1004, False)],
@@ -188,10 +197,7 @@ def test_pointer_tiles_of_rows_off_lines_load_by_host_descriptors(m, n, k, tiles
         bound = kernel.bind((a, b, scaled(1.0)))
         chosen = configs.choose_config(bound, x, y).config
         selected = configs.select_config(bound, (x, y, scaled(1.0))).config.config
-    assert chosen["indexing"] == "pointer"
-    assert selected["indexing"] == ("tensor_descriptor" if tiles else "pointer")
-    assert selected.get("host_tensor_descriptors", False) is tiles
-    assert selected["block_sizes"] == chosen["block_sizes"]
+    assert_pointer_tiles_moved(chosen, selected, tiles)
 
 
 @pytest.mark.parametrize(
@@ -211,10 +217,7 @@ def test_a_backward_pairs_pointer_tiles_of_rows_off_lines_load_by_host_descripto
         fakes = [on_gpu(t) for t in operands]
         chosen = configs.choose_config(bound, *fakes).config
         selected = configs.select_config(bound, (*fakes, scaled(1.0), scaled(1.0))).config.config
-    assert chosen["indexing"] == "pointer"
-    assert selected["indexing"] == ("tensor_descriptor" if tiles else "pointer")
-    assert selected.get("host_tensor_descriptors", False) is tiles
-    assert selected["block_sizes"] == chosen["block_sizes"]
+    assert_pointer_tiles_moved(chosen, selected, tiles)
 
 
 @pytest.mark.parametrize(
