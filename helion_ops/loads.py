@@ -69,9 +69,7 @@ def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> 
     faster, geomean 1.14x; 1000^3's backward 1.08-1.17x in the validation set."""
     return (
         len(operands) in (2, 4)
-        and config.get("indexing") == "pointer"
-        and "split_k" not in config
-        and tma_aligned(*operands)
+        and _pointer_tiles_fit_descriptors(config, *operands)
         and any(_off_lines(t) for t in operands)
     )
 
@@ -87,7 +85,14 @@ def model_tiles_on_host_descriptors(config: dict, a: torch.Tensor, b: torch.Tens
     'rc' 64x128x64 6.9 -> 5.4 us, 1664^3 21.7 -> 20.2), and launch plans now build them per
     call in C++ (NOTES 139). Measured (NOTES 143, seven products of no set, H100, under
     graphs): 0.99-1.07x, geomean 1.03x; the validation set's times unmoved."""
-    return config.get("indexing") == "pointer" and "split_k" not in config and tma_aligned(a, b)
+    return _pointer_tiles_fit_descriptors(config, a, b)
+
+
+def _pointer_tiles_fit_descriptors(config: dict, *operands: torch.Tensor) -> bool:
+    """Whether ``config`` loads pointer tiles (not split over K) from operands that tensor
+    descriptors can load (``tma_aligned``): what both rules above move."""
+    pointer = config.get("indexing") == "pointer" and "split_k" not in config
+    return pointer and tma_aligned(*operands)
 
 
 def _off_lines(t: torch.Tensor) -> bool:
