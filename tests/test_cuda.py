@@ -169,7 +169,8 @@ def test_shapes_without_an_entry_run_the_models_choice(m, n, k):
     b = make((k, n), torch.float16).detach()
     bound = kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0)))
     chosen = configs.choose_config(bound, a, b)
-    assert chosen in [pipelines.deepened(c, 2, k) for c in model.MODEL_CANDIDATES]
+    candidates = [configs.on_host_descriptors(c, a, b) for c in model.MODEL_CANDIDATES]
+    assert chosen in [pipelines.deepened(c, 2, k) for c in candidates]
     check_matmul(a.requires_grad_(), b.requires_grad_())
 
 
@@ -220,7 +221,8 @@ def test_a_serving_batch_runs_the_batch_models_choice(monkeypatch, layout):
     chosen = configs.choose_config(kernel.matmul_kernel.bind((a, b, kernel.scaled(1.0))), a, b)
     product = configs.model_product(a, b)
     chooser = model.shipped_batch_model if layout == "rr" else model.shipped_model
-    expected = pipelines.deepened(chooser("sm90").choose(product), 2, 8192)
+    choice = configs.on_host_descriptors(chooser("sm90").choose(product), a, b)
+    expected = pipelines.deepened(choice, 2, 8192)
     assert chosen == pipelines.streaming(expected, 2, 176, 8192, 8192)
     assert_matches(layout, helion_ops.matmul(a, b), torch.matmul(a, b), a.double() @ b.double())
 
@@ -861,7 +863,11 @@ def test_plans_launch_through_tritons_c_launcher_with_and_without_scratch():
                 configs,
                 "choose_config",
                 lambda bound, *ops, indexing=indexing: helion.Config(
-                    **{**config(bound, *ops).config, "indexing": indexing}
+                    **{
+                        **config(bound, *ops).config,
+                        "indexing": indexing,
+                        "host_tensor_descriptors": False,
+                    }
                 ),
             )
             for _ in range(3):
