@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import reference
 import torch
 from test_ops import check_fwd_bwd, make
 
@@ -72,3 +73,20 @@ def test_wrong_matmul_backward_fails(wrong, dtype):
     a, b = make((37, 37), dtype), make((37, 37), dtype)
     with pytest.raises(AssertionError, match="grad of mat"):
         check_fwd_bwd(wrong.apply, torch.matmul, [a, b], ["mat1", "mat2"])
+
+
+@pytest.mark.parametrize("at", [0, 9, 23])
+def test_the_reference_compares_every_chunk(monkeypatch, at):
+    """One element off (or NaN) anywhere in a result of several ``CHUNK``s fails the check;
+    the result as given passes."""
+    monkeypatch.setattr(reference, "CHUNK", 8)
+    ref = torch.randn(4, 6, dtype=torch.float64)
+    theirs = ref.to(torch.bfloat16)
+    reference.assert_matches("as given", theirs.clone(), theirs, ref)
+    off = theirs.clone()
+    off.view(-1)[at] += 1.0
+    with pytest.raises(AssertionError, match="1 of 24 elements off"):
+        reference.assert_matches("one off", off, theirs, ref)
+    off.view(-1)[at] = float("nan")
+    with pytest.raises(AssertionError, match="NaN where the reference has none"):
+        reference.assert_matches("one NaN", off, theirs, ref)
