@@ -49,6 +49,10 @@ NARROW_DRAW_CSV = SHAPE_SETS / "narrow_draw.csv"
 # A second draw of that class, on 2026-12-05 before any run, after the first had set the rules
 # of NOTES 133 (the first no longer holds them out).
 NARROW_SECOND_DRAW_CSV = SHAPE_SETS / "narrow_second_draw.csv"
+# LLM, vision and recommendation layers and round sizes from models no earlier set holds,
+# drawn on 2026-12-05 as validation.csv was, before any run, to measure the current code
+# (results README: "a fourth draw").
+FOURTH_DRAW_CSV = SHAPE_SETS / "fourth_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
 TRAINING_RECORDS = MODEL_FIT / "training.jsonl.gz"
@@ -80,6 +84,7 @@ HELD_OUT_SETS = [
     (GENERAL_DRAW_CSV, 18),
     (NARROW_DRAW_CSV, 18),
     (NARROW_SECOND_DRAW_CSV, 18),
+    (FOURTH_DRAW_CSV, 16),
 ]
 
 
