@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import logging
 import statistics
 import time
 from dataclasses import replace
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from benchmarks.cli import Options
     from benchmarks.suite import Job
 
+log = logging.getLogger(__name__)
 GEMM_SHAPES: tuple[Shape, ...] = tuple((s, s, s) for s in range(256, 4097, 128))
 ADDMM_M = (
     20120, 34579, 34839, 35561, 35916, 19735, 34533, 35791, 35844, 20116, 33887, 20203, 33961,
@@ -223,19 +225,23 @@ def results_and_step(fn, inputs, mode: str, cudagraph: bool = False):
 
 def accurate(actual: dict, expected: dict, tolerance: tuple[float, float] | None) -> bool:
     """Whether every compared tensor matches aten's: within (rtol, atol), or for None by
-    ``assert_matches_baseline`` (atol two rounding units of aten's largest value)."""
+    ``assert_matches_baseline`` (atol two rounding units of aten's largest value). A mismatch
+    is logged as a warning: which tensor, and how far."""
     from helion_ops.tritonbench_bwd import assert_matches_baseline  # as functions(): late
 
-    try:
-        assert actual.keys() == expected.keys()
-        for name, value in expected.items():
+    if sorted(actual) != sorted(expected):
+        log.warning("not accurate: compared %s, aten %s", sorted(actual), sorted(expected))
+        return False
+    for name, value in expected.items():
+        try:
             if tolerance is None:
                 assert_matches_baseline(actual[name], value, name)
             else:
                 rtol, atol = tolerance
                 torch.testing.assert_close(actual[name], value, rtol=rtol, atol=atol)
-    except AssertionError:
-        return False
+        except AssertionError as mismatch:
+            log.warning("%s not accurate against aten: %s", name, mismatch)
+            return False
     return True
 
 

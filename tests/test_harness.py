@@ -198,6 +198,16 @@ def test_addmm_accuracy_scales_with_the_output_as_aten_rounds_twice():
     assert not harness.accurate({"output": 2 * want["output"]}, want, None)
 
 
+def test_an_inaccurate_result_is_logged_with_its_tensor(caplog):
+    want = {"output": torch.ones(4), "grad 1": torch.ones(4)}
+    got = {"output": torch.ones(4), "grad 1": torch.tensor([1.0, 1.0, 3.0, 1.0])}
+    assert not harness.accurate(got, want, (0.1, 1e-2))
+    assert "grad 1 not accurate" in caplog.text and "Mismatched elements: 1 / 4" in caplog.text
+    caplog.clear()
+    assert not harness.accurate({"output": torch.ones(4)}, want, None)
+    assert "compared ['output'], aten ['grad 1', 'output']" in caplog.text
+
+
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
 @pytest.mark.parametrize("cudagraph", [False, True])
 def test_graphed_backward_steps_end_synchronized_outside_captures(monkeypatch, mode, cudagraph):
