@@ -50,16 +50,12 @@ def assert_matches(
     assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
     assert ours.dtype == theirs.dtype, f"{name}: dtype {ours.dtype} != torch's {theirs.dtype}"
     given = [ours, theirs, ref] + ([] if magnitude is None else [magnitude])
-    bad_nan = sum(int((o.isnan() != r.isnan()).sum()) for o, _, r, *_ in _chunks(*given))
-    assert not bad_nan, (
-        f"{name}: NaN where the reference has none, or the reverse, at {bad_nan} elements"
-    )
+    bad_nan, bad_inf = 0, False
     worst = torch_err = scale = largest_magnitude = 0.0
     for o, t, r, *m in _chunks(*given):
+        bad_nan += int((o.isnan() != r.isnan()).sum())
         finite = r.isfinite()
-        assert torch.equal(o[~finite].nan_to_num(), r[~finite].nan_to_num()), (
-            f"{name}: inf mismatch"
-        )
+        bad_inf |= not torch.equal(o[~finite].nan_to_num(), r[~finite].nan_to_num())
         if not finite.any():
             continue
         worst = max(worst, (o - r).abs()[finite].max().item())
@@ -68,6 +64,10 @@ def assert_matches(
         if m:
             assert m[0][finite].isfinite().all(), f"{name}: the magnitude is not finite"
             largest_magnitude = max(largest_magnitude, m[0][finite].max().item())
+    assert not bad_nan, (
+        f"{name}: NaN where the reference has none, or the reverse, at {bad_nan} elements"
+    )
+    assert not bad_inf, f"{name}: inf mismatch"
     tol = ERROR_FACTOR[ours.dtype] * torch_err + ULPS * EPS[ours.dtype] * scale
     tol += ACCUMULATION_EPS * largest_magnitude
     if worst > tol:

@@ -77,8 +77,8 @@ def test_wrong_matmul_backward_fails(wrong, dtype):
 
 @pytest.mark.parametrize("at", [0, 9, 23])
 def test_the_reference_compares_every_chunk(monkeypatch, at):
-    """One element off (or NaN) anywhere in a result of several ``CHUNK``s fails the check;
-    the result as given passes."""
+    """One element off, NaN or missing an inf anywhere in a result of several ``CHUNK``s
+    fails the check; the result as given passes."""
     monkeypatch.setattr(reference, "CHUNK", 8)
     ref = torch.randn(4, 6, dtype=torch.float64)
     theirs = ref.to(torch.bfloat16)
@@ -90,3 +90,8 @@ def test_the_reference_compares_every_chunk(monkeypatch, at):
     off.view(-1)[at] = float("nan")
     with pytest.raises(AssertionError, match="NaN where the reference has none"):
         reference.assert_matches("one NaN", off, theirs, ref)
+    ref.view(-1)[at] = float("inf")
+    theirs = ref.to(torch.bfloat16)
+    reference.assert_matches("an inf", theirs.clone(), theirs, ref)
+    with pytest.raises(AssertionError, match="inf mismatch"):
+        reference.assert_matches("an inf missed", theirs.nan_to_num(posinf=0.0), theirs, ref)
