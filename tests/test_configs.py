@@ -590,6 +590,15 @@ def shared_memory_on_sm90(code: str, config: helion.Config, tmp_path) -> int:
     return int(run.stdout.split()[-1])
 
 
+def assert_holds_its_pipeline(code: str, config: helion.Config, tmp_path) -> None:
+    """Compiled for sm90, ``code`` holds ``config``'s whole pipeline (each stage an x and a y
+    tile of 2-byte elements, of its first product's tile) and asks for no more than an H200's
+    shared memory."""
+    bm, bn, bk = config.config["block_sizes"][:3]
+    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
+    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
+
+
 def backward_pair_operands(mat1, mat2, grad_out, column_major) -> tuple:
     """The four operands ``ops`` passes the backward's pair kernel for ``mat1 @ mat2``."""
     pairs = []
@@ -670,9 +679,7 @@ def test_pointer_tiles_on_host_descriptors_fit_shared_memory(
     matmul_kernel.reset()  # (bound by an earlier case on tensors now freed: no alignment proof)
     code = matmul_kernel.bind((x, y, scaled(1.0))).to_triton_code(config)
     assert code.count("_helion_tensor_descriptor(") == 3  # x, y and the output
-    bm, bn, bk = config.config["block_sizes"]
-    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
-    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
+    assert_holds_its_pipeline(code, config, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -696,9 +703,7 @@ def test_a_pairs_pointer_tiles_on_host_descriptors_fit_shared_memory(
     pair_kernel.reset()  # (bound by an earlier case on tensors now freed: no alignment proof)
     code = pair_kernel.bind((*operands, scaled(1.0), scaled(1.0))).to_triton_code(config)
     assert code.count("_helion_tensor_descriptor(") == 6  # both products: x, y and the output
-    bm, bn, bk = config.config["block_sizes"][:3]
-    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
-    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
+    assert_holds_its_pipeline(code, config, tmp_path)
 
 
 @pytest.mark.parametrize("layout", ["tt", "tn", "nt", "nn"])
@@ -748,9 +753,8 @@ def test_a_streaming_products_plain_tile_fits_shared_memory(m, n, k, tile, bias,
     config = pipelines.streaming(plain, 2, m, n, k, tiles=2 if bias else 1)
     epilogue = scaled_plus_bias(1.0, 1.0, torch.randn(m, n, dtype=x.dtype)) if bias else scaled(1.0)
     code = matmul_kernel.bind((x, w_t, epilogue)).to_triton_code(config)
-    bm, bn, bk = tile
-    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
-    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
+    assert config.config["block_sizes"] == list(tile)
+    assert_holds_its_pipeline(code, config, tmp_path)
 
 
 def test_an_epilogue_is_plain_or_loads_a_bias():
