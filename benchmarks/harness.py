@@ -200,7 +200,9 @@ def results_and_step(fn, inputs, mode: str, cudagraph: bool = False):
         y.backward(dy, retain_graph=True)
     compared = {"output": y.detach().clone()} if mode != "bwd" else {}
     if dy is not None:
-        compared |= {f"grad {i}": t.grad.clone() for i, t in enumerate(inputs)}
+        from helion_ops.tritonbench_bwd import settled_grads  # as functions(): late
+
+        compared |= {f"grad {i}": g for i, g in enumerate(settled_grads(inputs))}
     # Only bwd's step keeps this graph (and with it the inputs' grad accumulators on this
     # forward's stream): fwd_bwd's captured forward must make accumulators of its own.
     kept = y if mode == "bwd" else None

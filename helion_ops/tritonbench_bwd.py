@@ -350,7 +350,22 @@ def _run_keeping_grads(
 ) -> tuple[torch.Tensor | None, list[torch.Tensor | None]]:
     result = fn()
     output, inputs = (None, result) if mode == "bwd" else result
-    return output, [None if x.grad is None else x.grad.clone() for x in inputs]
+    return output, settled_grads(inputs)
+
+
+def settled_grads(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Copies of the inputs' grads, complete when this returns.
+
+    Under CUDA graphs a backward runs on the forward's side stream
+    (``stream_a_graph_capture_can_join``), and its grads lie in that stream's memory pool. A
+    copy queued on the caller's stream follows that backward, but nothing orders it before the
+    next backward launched from another stream (do_bench's), which, once the grads are
+    cleared, reuses their memory: a copy still queued would read the next backward's grads.
+    """
+    grads = [None if x.grad is None else x.grad.clone() for x in inputs]
+    if any(g is not None and g.is_cuda for g in grads):
+        torch.cuda.synchronize()
+    return grads
 
 
 def assert_grads_close(

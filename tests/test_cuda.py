@@ -719,6 +719,32 @@ def test_the_built_in_harness_times_backwards_under_cuda_graphs(op, mode):
         assert helion.metrics["accuracy"] == 1.0
 
 
+def test_copies_of_grads_outlast_the_next_backward_from_another_stream():
+    """The accuracy pass's copies of a backward's grads (``settled_grads``): under graphs the
+    grads lie in the forward's side stream's pool, and the timed backward, launched from
+    do_bench's stream once they are cleared, reuses their memory. The caller's stream is held
+    back (``torch.cuda._sleep``) so that a copy merely queued there would read that backward's
+    grads (the harness's gemm bwd once read accuracy 0 under 16 workers, NOTES 145)."""
+    from helion_ops.tritonbench_bwd import settled_grads, stream_a_graph_capture_can_join
+
+    a, b = (make(s, torch.bfloat16) for s in ((512, 256), (256, 384)))
+    with stream_a_graph_capture_can_join(True):
+        y = helion_ops.matmul(a, b)
+    dy = torch.randn_like(y)
+    y.backward(dy, retain_graph=True)
+    torch.cuda.synchronize()
+    expected = [a.grad.clone(), b.grad.clone()]
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of the caller's stream
+    copies = settled_grads([a, b])
+    a.grad = b.grad = None
+    with torch.cuda.stream(torch.cuda.Stream()):
+        y.backward(-dy, retain_graph=True)
+    torch.cuda.synchronize()
+    for got, want in zip(copies, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert not torch.equal(a.grad, expected[0])  # the second backward did run
+
+
 @pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
 def test_new_tritonbench_lazy_forward_backward_captures_for_every_backend(mode):
     """NEW tritonbench's get_bwd_fn as fixed by the plugin: its forward runs in bwd_fn's first
