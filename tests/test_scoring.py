@@ -131,6 +131,16 @@ def test_fwd_bwd_accuracy_checks_the_gradients():
     assert not tritonbench_bwd.backend_accuracy("fwd_bwd", run(2.0), run(1.0))
 
 
+def test_settled_grads_are_copies_and_keep_a_missing_grad_missing():
+    """The accuracy pass's grads outlive the next backward, which may write into the same
+    tensors (accumulating) or their memory: copies, not the grads themselves."""
+    a, b = torch.ones(2, 2, requires_grad=True), torch.ones(2, 2, requires_grad=True)
+    a.grad = torch.full((2, 2), 3.0)
+    copies = tritonbench_bwd.settled_grads([a, b])
+    a.grad.add_(1.0)
+    assert torch.equal(copies[0], torch.full((2, 2), 3.0)) and copies[1] is None
+
+
 @pytest.mark.parametrize("rule", ["baseline", "harness"])
 def test_a_nan_in_the_baseline_scores_0_rather_than_raising(rule):
     """A NaN made the baseline rule's atol NaN, and assert_close raised a RuntimeError out of
