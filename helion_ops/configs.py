@@ -31,8 +31,9 @@ transposed operand gets its own entry. The answer, in order:
    (``pipelines.deepened``), and so does a flat one of a product bound by memory bandwidth,
    split-K's too (``pipelines.streaming``); a product of 65 to 128 rows and a long K takes
    the tile and split over K that give it the most programs of one wave
-   (``long_k.one_wave_stream``). fp32 (and GPUs without a model) get Helion's built-in
-   heuristic default.
+   (``long_k.one_wave_stream``). fp32 gets ``pair_rule``'s tiles for its one product
+   (``fp32_rule``), split-K fp32 and GPUs without a model Helion's built-in heuristic
+   default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32, or a few
    columns) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
@@ -126,11 +127,22 @@ def pair_rule(
     at least 64 of them (half the SMs), else 64x64; pointer indexing (a few K steps per
     tile), K blocks of 128 bytes. On the H200 (bf16) these were the best or within 5% of the
     best of 18 candidates at 256^3, 512^3 and 1024^3."""
-    tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in (mnk1, mnk2))
+    return _square_tiles((mnk1, mnk2), dtype)
+
+
+def fp32_rule(m: int, n: int, k: int) -> helion.Config:
+    """An fp32 product's config where the table has none, IEEE or TF32: ``pair_rule``'s
+    tiles for its one product (128x128x32 in 4 stages of 32 KiB, or 64x64x32). Helion's
+    default, which fp32 ran before, is 16x16x16 in one stage."""
+    return _square_tiles(((m, n, k),), torch.float32)
+
+
+def _square_tiles(mnks: Sequence[tuple[int, int, int]], dtype: torch.dtype) -> helion.Config:
+    tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in mnks)
     tile = 128 if tiles >= 64 else 64
     block_k = 128 // dtype.itemsize
     return helion.Config(
-        block_sizes=[tile, tile, block_k] * 2,
+        block_sizes=[tile, tile, block_k] * len(mnks),
         num_warps=4,
         num_stages=4,
         pid_type="flat",
@@ -166,9 +178,12 @@ def choose_config(
         # the eager rule admits the most, with the same config.
         return model_pair(*operands, eager=True) or pair_rule(*mnks, dtype)
     model = shipped_model(gpu_arch(device))
-    if dtype == torch.float32 or model is None:
+    split_k = "split_k" in bound_kernel.config_spec.user_defined_tunables
+    if model is None or (dtype == torch.float32 and split_k):
         return bound_kernel.config_spec.default_config()
-    if "split_k" in bound_kernel.config_spec.user_defined_tunables:
+    if dtype == torch.float32:
+        return fp32_rule(*mnks[0])
+    if split_k:
         split = split_rule(*mnks[0], sm_count(device))
         if few_columns_long_k(*mnks[0], dtype.itemsize):
             return split  # (its stages keep two programs an SM, as measured)

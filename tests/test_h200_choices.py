@@ -16,6 +16,7 @@ from helion_ops import configs, long_k, narrow_tiles, staging
 from helion_ops.kernel import (
     long_k_product,
     matmul_kernel,
+    matmul_kernel_tf32,
     pair_kernel,
     scaled,
     scaled_plus_bias,
@@ -250,3 +251,20 @@ def test_the_models_pointer_tiles_on_lines_load_by_host_descriptors(
     assert pointer["indexing"] == "pointer"
     moved_fields = {"indexing": "tensor_descriptor", "host_tensor_descriptors": True}
     assert selected == ({**pointer, **moved_fields} if moved else pointer)
+
+
+@pytest.mark.parametrize("kernel", [matmul_kernel, matmul_kernel_tf32], ids=["ieee", "tf32"])
+@pytest.mark.parametrize("m,n,k,tile", [(4096, 4096, 4096, 128), (1000, 777, 333, 64)], ids=str)
+def test_fp32_products_take_the_fp32_rule(kernel, m, n, k, tile):
+    """fp32, IEEE or TF32, without an entry: ``fp32_rule``'s tiles (128x128x32 where they
+    number 64 or more, else 64x64x32), not Helion's default of 16x16x16 in one stage; its
+    split-K kernel keeps that default."""
+    a, b = torch.empty(m, k), torch.empty(k, n)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(a), on_gpu(b)
+        config = configs.choose_config(kernel.bind((a, b, scaled(1.0))), x, y)
+        bound = split_k_kernel.bind((a, b))
+        split = configs.choose_config(bound, x, y)
+    assert config == configs.fp32_rule(m, n, k)
+    assert config.config["block_sizes"] == [tile, tile, 32]
+    assert split == bound.config_spec.default_config()
