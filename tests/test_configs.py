@@ -739,18 +739,20 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     assert pipeline + out_tile <= shared < pipeline + out_tile + 2048
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
 @pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
-def test_fp32_rules_tiles_fit_shared_memory(tf32, tmp_path):
-    """``fp32_rule``'s 128x128x32 tiles in 4 stages of 32 KiB, compiled for sm90: with TF32
-    (tensor cores) the kernel holds its whole pipeline, with IEEE dots (FMA) three stages in
-    shared memory (Triton's pipeline keeps one fewer there for dots off the tensor cores),
-    and neither asks for more than an H200's shared memory."""
+def test_fp32_rules_tiles_fit_shared_memory(tf32, bias, tmp_path):
+    """``fp32_rule``'s 128x128x32 tiles in 4 stages of 32 KiB, compiled for sm90, with and
+    without addmm's [m, n] bias: with TF32 (tensor cores) the kernel holds its whole
+    pipeline, with IEEE dots (FMA) three stages in shared memory (Triton's pipeline keeps one
+    fewer there for dots off the tensor cores), and neither asks for more than an H200's."""
     x, y = torch.randn(4096, 1024), torch.randn(1024, 2048)
     config = configs.fp32_rule(4096, 2048, 1024)
     assert config.config["block_sizes"] == [128, 128, 32]
     kernel = matmul_kernel_tf32 if tf32 else matmul_kernel
     kernel.reset()
-    code = kernel.bind((x, y, scaled(1.0))).to_triton_code(config)
+    epilogue = scaled_plus_bias(1.0, 1.0, torch.randn(4096, 2048)) if bias else scaled(1.0)
+    code = kernel.bind((x, y, epilogue)).to_triton_code(config)
     assert ("input_precision='tf32'" in code) is tf32
     if tf32:
         assert_holds_its_pipeline(code, config, tmp_path, torch.float32)
