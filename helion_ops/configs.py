@@ -32,8 +32,8 @@ transposed operand gets its own entry. The answer, in order:
    split-K's too (``pipelines.streaming``); a product of 65 to 128 rows and a long K takes
    the tile and split over K that give it the most programs of one wave
    (``long_k.one_wave_stream``). fp32 gets ``pair_rule``'s tiles for its one product
-   (``fp32_rule``), split-K fp32 and GPUs without a model Helion's built-in heuristic
-   default.
+   (``fp32_rule``), and split-K's rule with a K block of 128 bytes (``fp32_split``); GPUs
+   without a model get Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32, or a few
    columns) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
@@ -137,6 +137,14 @@ def fp32_rule(m: int, n: int, k: int) -> helion.Config:
     return _square_tiles(((m, n, k),), torch.float32)
 
 
+def fp32_split(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """The split-K kernel's fp32 config: ``long_k.split_rule``'s (tiles and pieces as for
+    bf16), its K block halved, so that a stage holds as many bytes as bf16's."""
+    config = split_rule(m, n, k, sms)
+    bm, bn, bk = config.config["block_sizes"]
+    return helion.Config(**{**config.config, "block_sizes": [bm, bn, bk // 2]})
+
+
 def _square_tiles(mnks: Sequence[tuple[int, int, int]], dtype: torch.dtype) -> helion.Config:
     tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in mnks)
     tile = 128 if tiles >= 64 else 64
@@ -178,11 +186,11 @@ def choose_config(
         # the eager rule admits the most, with the same config.
         return model_pair(*operands, eager=True) or pair_rule(*mnks, dtype)
     model = shipped_model(gpu_arch(device))
-    split_k = "split_k" in bound_kernel.config_spec.user_defined_tunables
-    if model is None or (dtype == torch.float32 and split_k):
+    if model is None:
         return bound_kernel.config_spec.default_config()
+    split_k = "split_k" in bound_kernel.config_spec.user_defined_tunables
     if dtype == torch.float32:
-        return fp32_rule(*mnks[0])
+        return fp32_split(*mnks[0], sm_count(device)) if split_k else fp32_rule(*mnks[0])
     if split_k:
         split = split_rule(*mnks[0], sm_count(device))
         if few_columns_long_k(*mnks[0], dtype.itemsize):

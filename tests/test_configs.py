@@ -270,7 +270,7 @@ def test_split_k_rule(m, n, k, split):
 
 
 def test_fp32_thin_products_are_not_for_the_split_k_kernel():
-    """fp32's split-K config is Helion's default, never measured on thin products."""
+    """fp32's split-K config (``configs.fp32_split``) was never measured on thin products."""
     assert not wants_split_k(16, 4096, 14339, torch.float32)
     assert wants_split_k(1536, 512, 20120, torch.float32)  # few tiles, long K
 
@@ -771,6 +771,18 @@ def test_fp32_rules_config_computes_the_product(m, n, k, tile):
     matmul_kernel.reset()
     out = matmul_kernel.bind((x, y, scaled(1.0))).compile_config(config)(x, y, scaled(1.0))
     assert_matches("fp32_rule's product", out, x @ y, x.double() @ y.double())
+
+
+def test_fp32_splits_config_computes_the_product():
+    """``fp32_split``'s config (K blocks of 32 in pieces of whole steps of 64) on sizes no
+    tile or piece divides: as close to the float64 product as torch's fp32 one."""
+    m, n, k = 96, 80, 5000
+    x, y = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
+    config = configs.fp32_split(m, n, k, 132)
+    assert config.config["block_sizes"][2] == 32 and config.config["split_k"] > 1
+    split_k_kernel.reset()
+    out = split_k_kernel.bind((x, y)).compile_config(config)(x, y)
+    assert_matches("fp32_split's product", out, x @ y, x.double() @ y.double())
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -257,14 +257,22 @@ def test_the_models_pointer_tiles_on_lines_load_by_host_descriptors(
 @pytest.mark.parametrize("m,n,k,tile", [(4096, 4096, 4096, 128), (1000, 777, 333, 64)], ids=str)
 def test_fp32_products_take_the_fp32_rule(kernel, m, n, k, tile):
     """fp32, IEEE or TF32, without an entry: ``fp32_rule``'s tiles (128x128x32 where they
-    number 64 or more, else 64x64x32), not Helion's default of 16x16x16 in one stage; its
-    split-K kernel keeps that default."""
+    number 64 or more, else 64x64x32), not Helion's default of 16x16x16 in one stage."""
     a, b = torch.empty(m, k), torch.empty(k, n)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        x, y = on_gpu(a), on_gpu(b)
-        config = configs.choose_config(kernel.bind((a, b, scaled(1.0))), x, y)
-        bound = split_k_kernel.bind((a, b))
-        split = configs.choose_config(bound, x, y)
+        config = configs.choose_config(kernel.bind((a, b, scaled(1.0))), on_gpu(a), on_gpu(b))
     assert config == configs.fp32_rule(m, n, k)
     assert config.config["block_sizes"] == [tile, tile, 32]
-    assert split == bound.config_spec.default_config()
+
+
+def test_an_fp32_weight_gradient_splits_as_bf16_does_in_k_blocks_of_128_bytes():
+    """512x512x65536 (a weight gradient over 64k rows) in fp32 splits over K: split-K's rule,
+    the same tiles and pieces as bf16's, K blocks of 32 elements instead of 64."""
+    m, n, k = 512, 512, 65536
+    assert long_k_product(m, n, k, torch.float32)
+    a, b = torch.empty(m, k), torch.empty(k, n)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        config = configs.choose_config(split_k_kernel.bind((a, b)), on_gpu(a), on_gpu(b))
+    bf16 = long_k.split_rule(m, n, k, 132).config
+    assert config.config == {**bf16, "block_sizes": [*bf16["block_sizes"][:2], 32]}
+    assert bf16["block_sizes"][2] == 64
