@@ -31,9 +31,10 @@ transposed operand gets its own entry. The answer, in order:
    (``pipelines.deepened``), and so does a flat one of a product bound by memory bandwidth,
    split-K's too (``pipelines.streaming``); a product of 65 to 128 rows and a long K takes
    the tile and split over K that give it the most programs of one wave
-   (``long_k.one_wave_stream``). fp32 gets ``pair_rule``'s tiles for its one product
-   (``fp32_rule``), and split-K's rule with a K block of 128 bytes (``fp32_split``); GPUs
-   without a model get Helion's built-in heuristic default.
+   (``long_k.one_wave_stream``). fp32 with IEEE dots takes 64x64x32 tiles
+   (``FP32_IEEE_TILE``) unless b is column-major, and split-K's rule with a K block of 128
+   bytes (``fp32_split``); TF32, fp32 with b column-major and GPUs without a model get
+   Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32, or a few
    columns) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
@@ -127,35 +128,36 @@ def pair_rule(
     at least 64 of them (half the SMs), else 64x64; pointer indexing (a few K steps per
     tile), K blocks of 128 bytes. On the H200 (bf16) these were the best or within 5% of the
     best of 18 candidates at 256^3, 512^3 and 1024^3."""
-    return _square_tiles((mnk1, mnk2), dtype)
-
-
-def fp32_rule(m: int, n: int, k: int) -> helion.Config:
-    """An fp32 product's config where the table has none, IEEE or TF32: ``pair_rule``'s
-    tiles for its one product (128x128x32 in 4 stages of 32 KiB, or 64x64x32). Helion's
-    default, which fp32 ran before, is 16x16x16 in one stage."""
-    return _square_tiles(((m, n, k),), torch.float32)
-
-
-def fp32_split(m: int, n: int, k: int, sms: int) -> helion.Config:
-    """The split-K kernel's fp32 config: ``long_k.split_rule``'s (tiles and pieces as for
-    bf16), its K block halved, so that a stage holds as many bytes as bf16's."""
-    config = split_rule(m, n, k, sms)
-    bm, bn, bk = config.config["block_sizes"]
-    return helion.Config(**{**config.config, "block_sizes": [bm, bn, bk // 2]})
-
-
-def _square_tiles(mnks: Sequence[tuple[int, int, int]], dtype: torch.dtype) -> helion.Config:
-    tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in mnks)
+    tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in (mnk1, mnk2))
     tile = 128 if tiles >= 64 else 64
     block_k = 128 // dtype.itemsize
     return helion.Config(
-        block_sizes=[tile, tile, block_k] * len(mnks),
+        block_sizes=[tile, tile, block_k] * 2,
         num_warps=4,
         num_stages=4,
         pid_type="flat",
         indexing="pointer",
     )
+
+
+# fp32 products with IEEE dots (torch's default: TF32 off) whose b is not column-major: 64x64x32
+# tiles in 3 stages, loads by pointer. On an H100 (call 347, NOTES 147) the fastest of 13
+# tile shapes on five such products, 1.16-2.16x as fast as Helion's default config (0.87-1.01
+# of aten at 512x4096x1024 to 4096^3). With b column-major the default was within 2% of
+# the best tile (128x128x32) and 64x64x32 1.7x slower; with TF32 no tile beat the default by
+# 5% on five of six products (the tensor cores want both operands K-major: only the 'rc'
+# product reached 0.88 of aten, the others 0.26-0.38).
+FP32_IEEE_TILE = plain_config(64, 64, 32, 4, 3, "flat", "pointer")
+
+
+def fp32_split(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """The split-K kernel's config for IEEE fp32: ``long_k.split_rule``'s (tiles and pieces as
+    for bf16), its K block halved, so that a stage holds as many bytes as bf16's. On an H100
+    (call 347) 1.09x as fast as Helion's default on 512x512x65536; with TF32 0.93x, so TF32
+    keeps the default."""
+    config = split_rule(m, n, k, sms)
+    bm, bn, bk = config.config["block_sizes"]
+    return helion.Config(**{**config.config, "block_sizes": [bm, bn, bk // 2]})
 
 
 def choose_config(
@@ -190,7 +192,12 @@ def choose_config(
         return bound_kernel.config_spec.default_config()
     split_k = "split_k" in bound_kernel.config_spec.user_defined_tunables
     if dtype == torch.float32:
-        return fp32_split(*mnks[0], sm_count(device)) if split_k else fp32_rule(*mnks[0])
+        if bound_kernel.kernel.settings.dot_precision != "ieee":
+            return bound_kernel.config_spec.default_config()
+        if split_k:
+            return fp32_split(*mnks[0], sm_count(device))
+        b_column_major = operands[1].stride(0) == 1 and operands[1].stride(1) != 1
+        return bound_kernel.config_spec.default_config() if b_column_major else FP32_IEEE_TILE
     if split_k:
         split = split_rule(*mnks[0], sm_count(device))
         if few_columns_long_k(*mnks[0], dtype.itemsize):

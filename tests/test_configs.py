@@ -538,10 +538,9 @@ def test_halved_tiles_halve_each_products_longer_side():
     assert _halved_tiles(helion.Config(num_stages=3)) is None
 
 
-# Compiles a generated module's kernel (operands of the dtype argv[4], bfloat16 or float32,
-# 16-byte aligned as torch allocates them, which Triton specializes on at launch; tensor
-# descriptors built on the host of the block shapes its host code gives them) for sm90 and
-# prints its shared memory.
+# Compiles a generated module's kernel (bf16 operands, 16-byte aligned as torch allocates
+# them, which Triton specializes on at launch; tensor descriptors built on the host of the
+# block shapes its host code gives them) for sm90 and prints its shared memory.
 COMPILE_FOR_SM90 = """
 import importlib.util, re, sys, torch, triton
 from triton.backends.compiler import GPUTarget
@@ -555,14 +554,13 @@ spec.loader.exec_module(module)
 code = open(sys.argv[1]).read()
 sizes = dict(re.findall(r"^(_BLOCK_SIZE_\\d+) = tl.constexpr\\((\\d+)\\)", code, re.M))
 blocks = iter(re.findall(r"\\[(_BLOCK_SIZE_\\d+), (_BLOCK_SIZE_\\d+)\\]\\)", code))
-dtype = getattr(torch, sys.argv[4])
 def descriptor(rows, cols):
-    base = torch.empty(4096, 4096, dtype=dtype)
+    base = torch.empty(4096, 4096, dtype=torch.bfloat16)
     return mangle_type(TensorDescriptor(base, [4096, 4096], [4096, 1], [rows, cols]))
 signature = {
     arg: "constexpr" if arg == "_NUM_SM"
     else descriptor(*(int(sizes[b]) for b in next(blocks))) if arg.endswith("_desc")
-    else {torch.bfloat16: "*bf16", torch.float32: "*fp32"}[dtype]
+    else "*bf16"
     for arg in fn.arg_names
 }
 persistent = "_NUM_SM" in fn.arg_names
@@ -574,19 +572,16 @@ print(triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).
 """
 
 
-def shared_memory_on_sm90(
-    code: str, config: helion.Config, tmp_path, dtype: torch.dtype = torch.bfloat16
-) -> int:
-    """Bytes of shared memory Triton gives the kernel of Helion-generated ``code`` (operands
-    of ``dtype``: bf16 or fp32) compiled for sm90 (H100, H200), which needs no GPU. In a
-    process of its own: Triton decides at import whether its own helpers are interpreted, as
-    they are in this one on a CPU."""
+def shared_memory_on_sm90(code: str, config: helion.Config, tmp_path) -> int:
+    """Bytes of shared memory Triton gives the kernel of Helion-generated ``code`` compiled
+    for sm90 (H100, H200), which needs no GPU. In a process of its own: Triton decides at
+    import whether its own helpers are interpreted, as they are in this one on a CPU."""
     path = tmp_path / "generated.py"
     path.write_text(code)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     depth = [str(config.config[k]) for k in ("num_warps", "num_stages")]
     run = subprocess.run(
-        [sys.executable, "-c", COMPILE_FOR_SM90, str(path), *depth, str(dtype)[len("torch.") :]],
+        [sys.executable, "-c", COMPILE_FOR_SM90, str(path), *depth],
         env=env,
         capture_output=True,
         text=True,
@@ -595,15 +590,13 @@ def shared_memory_on_sm90(
     return int(run.stdout.split()[-1])
 
 
-def assert_holds_its_pipeline(
-    code: str, config: helion.Config, tmp_path, dtype: torch.dtype = torch.bfloat16
-) -> None:
+def assert_holds_its_pipeline(code: str, config: helion.Config, tmp_path) -> None:
     """Compiled for sm90, ``code`` holds ``config``'s whole pipeline (each stage an x and a y
-    tile of ``dtype``, of its first product's tile) and asks for no more than an H200's
+    tile of 2-byte elements, of its first product's tile) and asks for no more than an H200's
     shared memory."""
     bm, bn, bk = config.config["block_sizes"][:3]
-    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * dtype.itemsize
-    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path, dtype) <= 232448
+    pipeline = config.config["num_stages"] * (bm * bk + bk * bn) * 2
+    assert pipeline <= shared_memory_on_sm90(code, config, tmp_path) <= 232448
 
 
 def backward_pair_operands(mat1, mat2, grad_out, column_major) -> tuple:
@@ -739,38 +732,15 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     assert pipeline + out_tile <= shared < pipeline + out_tile + 2048
 
 
-@pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
-@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
-def test_fp32_rules_tiles_fit_shared_memory(tf32, bias, tmp_path):
-    """``fp32_rule``'s 128x128x32 tiles in 4 stages of 32 KiB, compiled for sm90, with and
-    without addmm's [m, n] bias: with TF32 (tensor cores) the kernel holds its whole
-    pipeline, with IEEE dots (FMA) three stages in shared memory (Triton's pipeline keeps one
-    fewer there for dots off the tensor cores), and neither asks for more than an H200's."""
-    x, y = torch.randn(4096, 1024), torch.randn(1024, 2048)
-    config = configs.fp32_rule(4096, 2048, 1024)
-    assert config.config["block_sizes"] == [128, 128, 32]
-    kernel = matmul_kernel_tf32 if tf32 else matmul_kernel
-    kernel.reset()
-    epilogue = scaled_plus_bias(1.0, 1.0, torch.randn(4096, 2048)) if bias else scaled(1.0)
-    code = kernel.bind((x, y, epilogue)).to_triton_code(config)
-    assert ("input_precision='tf32'" in code) is tf32
-    if tf32:
-        assert_holds_its_pipeline(code, config, tmp_path, torch.float32)
-    else:
-        stage = (128 * 32 + 32 * 128) * 4
-        assert 3 * stage <= shared_memory_on_sm90(code, config, tmp_path, torch.float32) <= 232448
-
-
-@pytest.mark.parametrize("m,n,k,tile", [(1100, 1000, 333, 128), (200, 150, 70, 64)], ids=str)
-def test_fp32_rules_config_computes_the_product(m, n, k, tile):
-    """``fp32_rule``'s config (128x128 tiles where they number 64 or more, else 64x64) run on
-    sizes no tile divides: as close to the float64 product as torch's fp32 one."""
+@pytest.mark.parametrize("m,n,k", [(1100, 1000, 333), (200, 150, 70)], ids=str)
+def test_fp32_ieee_tiles_compute_the_product(m, n, k):
+    """``FP32_IEEE_TILE`` on sizes no tile divides: as close to the float64 product as
+    torch's fp32 one."""
     x, y = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
-    config = configs.fp32_rule(m, n, k)
-    assert config.config["block_sizes"] == [tile, tile, 32]
     matmul_kernel.reset()
-    out = matmul_kernel.bind((x, y, scaled(1.0))).compile_config(config)(x, y, scaled(1.0))
-    assert_matches("fp32_rule's product", out, x @ y, x.double() @ y.double())
+    bound = matmul_kernel.bind((x, y, scaled(1.0)))
+    out = bound.compile_config(configs.FP32_IEEE_TILE)(x, y, scaled(1.0))
+    assert_matches("FP32_IEEE_TILE's product", out, x @ y, x.double() @ y.double())
 
 
 def test_fp32_splits_config_computes_the_product():
