@@ -31,8 +31,10 @@ transposed operand gets its own entry. The answer, in order:
    (``pipelines.deepened``), and so does a flat one of a product bound by memory bandwidth,
    split-K's too (``pipelines.streaming``); a product of 65 to 128 rows and a long K takes
    the tile and split over K that give it the most programs of one wave
-   (``long_k.one_wave_stream``). fp32 (and GPUs without a model) get Helion's built-in
-   heuristic default.
+   (``long_k.one_wave_stream``). fp32 with IEEE dots takes 64x64x32 tiles
+   (``FP32_IEEE_TILE``) unless b is column-major, and split-K's rule with a K block of 128
+   bytes (``fp32_split``); TF32, fp32 with b column-major and GPUs without a model get
+   Helion's built-in heuristic default.
    The transposed kernel (``transposed_pays``: b's rows on 16 bytes but not 32, or a few
    columns) computes
    ``a @ b`` as ``(b.T @ a.T).T`` and gets the config of ``b.T @ a.T`` by rules 2 and 3.
@@ -138,6 +140,26 @@ def pair_rule(
     )
 
 
+# fp32 products with IEEE dots (torch's default: TF32 off) whose b is not column-major: 64x64x32
+# tiles in 3 stages, loads by pointer. On an H100 (call 347, NOTES 147) the fastest of 13
+# tile shapes on five such products, 1.16-2.16x as fast as Helion's default config (0.87-1.01
+# of aten at 512x4096x1024 to 4096^3). With b column-major the default was within 2% of
+# the best tile (128x128x32) and 64x64x32 1.7x slower; with TF32 no tile beat the default by
+# 5% on five of six products (the tensor cores want both operands K-major: only the 'rc'
+# product reached 0.88 of aten, the others 0.26-0.38).
+FP32_IEEE_TILE = plain_config(64, 64, 32, 4, 3, "flat", "pointer")
+
+
+def fp32_split(m: int, n: int, k: int, sms: int) -> helion.Config:
+    """The split-K kernel's config for IEEE fp32: ``long_k.split_rule``'s (tiles and pieces as
+    for bf16), its K block halved, so that a stage holds as many bytes as bf16's. On an H100
+    (call 347) 1.09x as fast as Helion's default on 512x512x65536; with TF32 0.93x, so TF32
+    keeps the default."""
+    config = split_rule(m, n, k, sms)
+    bm, bn, bk = config.config["block_sizes"]
+    return helion.Config(**{**config.config, "block_sizes": [bm, bn, bk // 2]})
+
+
 def choose_config(
     bound_kernel: BoundKernel, *operands: torch.Tensor, table: bool = True
 ) -> helion.Config:
@@ -166,9 +188,17 @@ def choose_config(
         # the eager rule admits the most, with the same config.
         return model_pair(*operands, eager=True) or pair_rule(*mnks, dtype)
     model = shipped_model(gpu_arch(device))
-    if dtype == torch.float32 or model is None:
+    if model is None:
         return bound_kernel.config_spec.default_config()
-    if "split_k" in bound_kernel.config_spec.user_defined_tunables:
+    split_k = "split_k" in bound_kernel.config_spec.user_defined_tunables
+    if dtype == torch.float32:
+        if bound_kernel.kernel.settings.dot_precision != "ieee":
+            return bound_kernel.config_spec.default_config()
+        if split_k:
+            return fp32_split(*mnks[0], sm_count(device))
+        b_column_major = operands[1].stride(0) == 1 and operands[1].stride(1) != 1
+        return bound_kernel.config_spec.default_config() if b_column_major else FP32_IEEE_TILE
+    if split_k:
         split = split_rule(*mnks[0], sm_count(device))
         if few_columns_long_k(*mnks[0], dtype.itemsize):
             return split  # (its stages keep two programs an SM, as measured)

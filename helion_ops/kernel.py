@@ -547,7 +547,7 @@ def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
 def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     """Whether an ``m x n x k`` product of ``dtype`` is one for the split-K kernel: a long-K
     product (``long_k_product``), or, in fp16 and bf16, a thin one (``narrow_tiles.thin``; fp32's
-    split-K config is Helion's default, never measured on those) whose K is not a whole
+    split-K config, ``configs.fp32_split``, was never measured on those) whose K is not a whole
     number of 16 bytes or whose narrow tiles do not pay (``narrow_tiles.narrow_tiles_pay``).
     ``launch_addmm`` reads the operands: it splits a long-K product where K's masks load in
     vectors (``k_masks_vectorize``), a thin one where they do not (as here wherever an

@@ -270,7 +270,7 @@ def test_split_k_rule(m, n, k, split):
 
 
 def test_fp32_thin_products_are_not_for_the_split_k_kernel():
-    """fp32's split-K config is Helion's default, never measured on thin products."""
+    """fp32's split-K config (``configs.fp32_split``) was never measured on thin products."""
     assert not wants_split_k(16, 4096, 14339, torch.float32)
     assert wants_split_k(1536, 512, 20120, torch.float32)  # few tiles, long K
 
@@ -730,6 +730,29 @@ def test_the_backward_pair_shares_one_pipelines_shared_memory(layout, tmp_path):
     pipeline, out_tile = 4 * 2 * 128 * 64 * 2, 128 * 128 * 2
     shared = shared_memory_on_sm90(code, config, tmp_path)
     assert pipeline + out_tile <= shared < pipeline + out_tile + 2048
+
+
+@pytest.mark.parametrize("m,n,k", [(1100, 1000, 333), (200, 150, 70)], ids=str)
+def test_fp32_ieee_tiles_compute_the_product(m, n, k):
+    """``FP32_IEEE_TILE`` on sizes no tile divides: as close to the float64 product as
+    torch's fp32 one."""
+    x, y = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
+    matmul_kernel.reset()
+    bound = matmul_kernel.bind((x, y, scaled(1.0)))
+    out = bound.compile_config(configs.FP32_IEEE_TILE)(x, y, scaled(1.0))
+    assert_matches("FP32_IEEE_TILE's product", out, x @ y, x.double() @ y.double())
+
+
+def test_fp32_splits_config_computes_the_product():
+    """``fp32_split``'s config (K blocks of 32 in pieces of whole steps of 64) on sizes no
+    tile or piece divides: as close to the float64 product as torch's fp32 one."""
+    m, n, k = 96, 80, 5000
+    x, y = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
+    config = configs.fp32_split(m, n, k, 132)
+    assert config.config["block_sizes"][2] == 32 and config.config["split_k"] > 1
+    split_k_kernel.reset()
+    out = split_k_kernel.bind((x, y)).compile_config(config)(x, y)
+    assert_matches("fp32_split's product", out, x @ y, x.double() @ y.double())
 
 
 @pytest.mark.parametrize("bias", [False, True])

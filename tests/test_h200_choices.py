@@ -16,10 +16,12 @@ from helion_ops import configs, long_k, narrow_tiles, staging
 from helion_ops.kernel import (
     long_k_product,
     matmul_kernel,
+    matmul_kernel_tf32,
     pair_kernel,
     scaled,
     scaled_plus_bias,
     split_k_kernel,
+    split_k_kernel_tf32,
     transposed_kernel,
 )
 
@@ -250,3 +252,42 @@ def test_the_models_pointer_tiles_on_lines_load_by_host_descriptors(
     assert pointer["indexing"] == "pointer"
     moved_fields = {"indexing": "tensor_descriptor", "host_tensor_descriptors": True}
     assert selected == ({**pointer, **moved_fields} if moved else pointer)
+
+
+@pytest.mark.parametrize("b_column_major", [False, True], ids=["b rows", "b columns"])
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1000, 777, 333)], ids=str)
+def test_fp32_products_with_ieee_dots_take_64x64_tiles_unless_b_is_column_major(
+    m, n, k, b_column_major
+):
+    """fp32 without an entry: with IEEE dots 64x64x32 tiles in 3 stages (call 347: 1.16-2.16x
+    Helion's default), where b is column-major and with TF32 Helion's default (no tile
+    measured 5% faster)."""
+    a, b = torch.empty(m, k), operand(k, n, b_column_major).float()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(a), on_gpu(b)
+        chosen = {}
+        for kernel in (matmul_kernel, matmul_kernel_tf32):
+            bound = kernel.bind((a, b, scaled(1.0)))
+            chosen[kernel] = configs.choose_config(bound, x, y), bound.config_spec.default_config()
+    ieee, default = chosen[matmul_kernel]
+    assert ieee == (default if b_column_major else configs.FP32_IEEE_TILE)
+    assert chosen[matmul_kernel_tf32][0] == chosen[matmul_kernel_tf32][1]
+
+
+@pytest.mark.parametrize("kernel", [split_k_kernel, split_k_kernel_tf32], ids=["ieee", "tf32"])
+def test_an_fp32_weight_gradient_splits_as_bf16_does_in_k_blocks_of_128_bytes(kernel):
+    """512x512x65536 (a weight gradient over 64k rows) in fp32 splits over K. With IEEE dots:
+    split-K's rule, the same tiles and pieces as bf16's, K blocks of 32 elements instead of
+    64 (call 347: 1.09x Helion's default); with TF32 Helion's default (0.93x)."""
+    m, n, k = 512, 512, 65536
+    assert long_k_product(m, n, k, torch.float32)
+    a, b = torch.empty(m, k), torch.empty(k, n)
+    bound = kernel.bind((a, b))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        config = configs.choose_config(bound, on_gpu(a), on_gpu(b))
+    if kernel is split_k_kernel_tf32:
+        assert config == bound.config_spec.default_config()
+        return
+    bf16 = long_k.split_rule(m, n, k, 132).config
+    assert config.config == {**bf16, "block_sizes": [*bf16["block_sizes"][:2], 32]}
+    assert bf16["block_sizes"][2] == 64
