@@ -196,8 +196,9 @@ def choose_config(
             return bound_kernel.config_spec.default_config()
         if split_k:
             return fp32_split(*mnks[0], sm_count(device))
-        b_column_major = operands[1].stride(0) == 1 and operands[1].stride(1) != 1
-        return bound_kernel.config_spec.default_config() if b_column_major else FP32_IEEE_TILE
+        if operand_layout(operands[1]) == "c":
+            return bound_kernel.config_spec.default_config()
+        return FP32_IEEE_TILE
     if split_k:
         split = split_rule(*mnks[0], sm_count(device))
         if few_columns_long_k(*mnks[0], dtype.itemsize):
