@@ -192,13 +192,12 @@ def choose_config(
         return bound_kernel.config_spec.default_config()
     split_k = "split_k" in bound_kernel.config_spec.user_defined_tunables
     if dtype == torch.float32:
-        if bound_kernel.kernel.settings.dot_precision != "ieee":
-            return bound_kernel.config_spec.default_config()
-        if split_k:
+        ieee = bound_kernel.kernel.settings.dot_precision == "ieee"
+        if ieee and split_k:
             return fp32_split(*mnks[0], sm_count(device))
-        if operand_layout(operands[1]) == "c":
-            return bound_kernel.config_spec.default_config()
-        return FP32_IEEE_TILE
+        if ieee and operand_layout(operands[1]) != "c":
+            return FP32_IEEE_TILE
+        return bound_kernel.config_spec.default_config()
     if split_k:
         split = split_rule(*mnks[0], sm_count(device))
         if few_columns_long_k(*mnks[0], dtype.itemsize):
