@@ -11,6 +11,12 @@ staged, plus 0.46 ms to copy ``grad_out`` (which both backward products read, so
 once). The copies' rows are padded to whole 128-byte lines, which the kernels load fastest
 (``helion_ops.model``). The output stays a contiguous tensor; only its store keeps pointer
 indexing.
+
+fp32 products with TF32 dots stage for another reason: Hopper's TF32 tensor-core MMA reads
+both operands contiguous along K only, and Triton runs other layouts several times slower
+(H100, call 347: 2048^3 in 57.8 us with b column-major, 195.8 with b row-major and 271.8
+with a column-major too; aten 50.9-75.9). Such products run from copies contiguous along K
+(``tf32_layouts``).
 """
 
 from __future__ import annotations
@@ -63,15 +69,67 @@ def staged(
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """The products with their unaligned operands replaced by aligned copies, where the
     wave model predicts each product staged, copies included, faster than unstaged; a tensor
-    that several products read is copied once. None where nothing is to be staged."""
+    that several products read is copied once. TF32 products' operands are first copied
+    contiguous along K (``tf32_layouts``). None where nothing is to be staged."""
+    tf32 = products[0][0].dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    relaid = tf32_layouts(products) if tf32 else None
+    products = relaid or products
     stage = [p for p in products if worth_staging(*p)]
     if not stage:
-        return None
+        return relaid
     copies: dict[int, torch.Tensor] = {}
     for t in {id(t): t for p in stage for t in p}.values():
         if not tma_aligned(t):
             copies[id(t)] = aligned_copy(t)
     return [tuple(copies.get(id(t), t) for t in p) for p in products]
+
+
+# A TF32 product's operand is copied contiguous along K where the product's other free
+# dimension (b's columns for a, a's rows for b) is at least this long: each element then
+# feeds that many multiply-adds, and a compute-bound product that takes 3.4x as long from b
+# row-major (call 347, 2048^3) outweighs the copy (8 bytes of traffic an element) from about
+# 180 on, at the H100's 3.3 TB/s and 350 TFLOP/s of TF32 (aten's 4096^3).
+LAYOUT_REUSE = 256
+
+
+def contiguous_along(t: torch.Tensor, dim: int) -> bool:
+    """Whether ``t`` (2-D) is contiguous along ``dim``: a unit stride there, at most one
+    element along it, or no elements at all."""
+    return t.stride(dim) == 1 or t.shape[dim] <= 1 or t.numel() == 0
+
+
+def tf32_layouts(
+    products: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The TF32 products with each operand not contiguous along K (a's columns, b's rows)
+    replaced by a copy that is, where the product reads it at least ``LAYOUT_REUSE`` times
+    over. A tensor that several products read the same way is copied once. None where
+    nothing is copied."""
+    copies: dict[tuple[int, int], torch.Tensor] = {}
+    out = []
+    for a, b in products:
+        pair = []
+        for t, k_dim, reuse in ((a, 1, b.shape[1]), (b, 0, a.shape[0])):
+            if reuse >= LAYOUT_REUSE and not contiguous_along(t, k_dim):
+                key = (id(t), k_dim)
+                if key not in copies:
+                    copies[key] = contiguous_copy(t, k_dim)
+                t = copies[key]
+            pair.append(t)
+        out.append(tuple(pair))
+    return out if copies else None
+
+
+def contiguous_copy(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """``t``'s values in a new buffer contiguous along ``dim``, each run along it starting on
+    a 128-byte line (``aligned_copy``'s padding). (torch's copy moved 0.93 TB/s transposing
+    fp32 on an H100, 4096x4096 in 138 us, call 353: a tiled copy is the next step.)"""
+    view = t if dim == 1 else t.T  # ``dim`` along the view's columns
+    rows, cols = view.shape
+    per_line = LINE_BYTES // t.element_size()
+    padded = -(-cols // per_line) * per_line
+    copy = t.new_empty((rows, padded))[:, :cols].copy_(view)
+    return copy if dim == 1 else copy.T
 
 
 def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:

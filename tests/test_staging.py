@@ -202,3 +202,125 @@ def test_staged_backward_where_one_product_is_aligned(always_stage, dtype_mode):
     a, b = make((45, 37), dtype_mode), make((37, 64), dtype_mode)
     check_matmul(a, b)
     assert (45, 37) in always_stage and (45, 64) not in always_stage
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("transposed", [False, True], ids=["row-major", "column-major"])
+def test_contiguous_copy(dim, transposed):
+    t = torch.randn(37, 29) if not transposed else torch.randn(29, 37).T
+    copy = staging.contiguous_copy(t, dim)
+    assert torch.equal(copy, t) and copy.data_ptr() != t.data_ptr()
+    assert copy.stride(dim) == 1 and staging.contiguous_along(copy, dim)
+    assert copy.stride(1 - dim) == (64 if dim == 0 else 32)  # runs on 128-byte lines
+    assert loads.tma_aligned(copy)
+
+
+@pytest.fixture(params=[False, True], ids=["ieee", "tf32"])
+def tf32(request):
+    """torch's TF32 switch set for the test (both ways), restored after."""
+    was = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = request.param
+    yield request.param
+    torch.backends.cuda.matmul.allow_tf32 = was
+
+
+def _fast_dims(tf32: bool) -> tuple:
+    """Along which dimension each operand is to be contiguous (None: any): with TF32 along
+    K; IEEE dots read every layout as it comes."""
+    return (1, 0) if tf32 else (None, None)
+
+
+def _read_fast(products, tf32: bool) -> bool:
+    return all(
+        d is None or staging.contiguous_along(t, d)
+        for p in products
+        for t, d in zip(p, _fast_dims(tf32), strict=True)
+    )
+
+
+@pytest.mark.parametrize("layout", ["rr", "rc", "cr", "cc"])
+def test_tf32_products_run_from_operands_contiguous_along_k(tf32, layout):
+    """TF32: a row-major and b column-major as they are, any other operand copied; IEEE dots
+    and fp16 keep every layout."""
+    m, n, k = 300, 260, 70
+    a = torch.randn(m, k) if layout[0] == "r" else torch.randn(k, m).T
+    b = torch.randn(k, n) if layout[1] == "r" else torch.randn(n, k).T
+    assert _read_fast([(a, b)], tf32) == (layout == "rc" or not tf32)
+    out = staging.staged([(a, b)])
+    if _read_fast([(a, b)], tf32):
+        assert out is None
+    else:
+        ((x, y),) = out
+        assert _read_fast(out, tf32) and torch.equal(x, a) and torch.equal(y, b)
+        assert (x is a) == (layout[0] == "r") and (y is b) == (layout[1] == "c")
+    assert staging.staged([(a.half(), b.half())]) is None
+
+
+def test_contiguous_along():
+    t = torch.randn(6, 8)
+    assert staging.contiguous_along(t, 1) and not staging.contiguous_along(t, 0)
+    assert staging.contiguous_along(t.T, 0) and not staging.contiguous_along(t[:, ::2], 1)
+    assert staging.contiguous_along(t[:, :1], 1)  # one element along it
+    assert not staging.contiguous_along(t[:1, ::2], 1)  # one row, but strided along it
+    assert staging.contiguous_along(t[:, :0], 0)  # nothing to copy
+
+
+@pytest.mark.parametrize("m,k,n", [(45, 0, 37), (0, 70, 37), (45, 70, 0)])
+def test_fp32_empty_products_copy_nothing(tf32, monkeypatch, m, k, n):
+    """Forward and both grads of products with an empty dimension, every operand in the
+    layout its dots read slowly (the bound lowered to 1)."""
+    monkeypatch.setattr(staging, "LAYOUT_REUSE", 1)
+    a = make((m, k), torch.float32, transposed=True)
+    b = make((k, n), torch.float32, transposed=not tf32)
+    check_matmul(a, b)
+
+
+def test_tf32_operands_read_a_few_times_stay(tf32):
+    """An operand that feeds fewer than ``LAYOUT_REUSE`` multiply-adds an element (a of a
+    product of 255 columns) is read as it is."""
+    reuse = staging.LAYOUT_REUSE
+    a, b = torch.randn(64, reuse - 1).T, torch.randn(reuse, 64).T  # both column-major
+    out = staging.staged([(a, b)])  # 255 rows, 256 columns
+    assert out is None if not tf32 else (out[0][0] is not a and out[0][1] is b)
+    assert staging.staged([(a, b[:, : reuse - 1])]) is None
+
+
+def test_tf32_backward_copies_each_tensor_once_per_layout(tf32):
+    """The backward's pair, mat1 and mat2 row-major: grad_out @ mat2.T reads both contiguous
+    along K; mat1.T @ grad_out neither, and with TF32 both are copied, grad_out once."""
+    at, bt, g = torch.randn(300, 280).T, torch.randn(280, 270).T, torch.randn(300, 270)
+    products = [(g, bt), (at, g), (at, g)]
+    out = staging.staged(products)
+    if not tf32:
+        assert out is None
+        return
+    assert _read_fast(out, tf32)
+    assert all(
+        torch.equal(x, x0) and torch.equal(y, y0)
+        for (x, y), (x0, y0) in zip(out, products, strict=True)
+    )
+    assert out[0][0] is g
+    assert out[0][1] is bt and out[1][0] is not at and out[1][1] is not g
+    assert out[1][0] is out[2][0] and out[1][1] is out[2][1]
+
+
+@pytest.mark.parametrize("layout", ["rr", "rc", "cr", "cc"])
+def test_fp32_matmul_from_relaid_operands_against_float64(tf32, monkeypatch, layout):
+    """Forward and both grads, with TF32 every product launched on operands contiguous along
+    K (the bound lowered to fit the interpreter's sizes), grad_out copied once at most; IEEE
+    dots on the operands as they come."""
+    monkeypatch.setattr(staging, "LAYOUT_REUSE", 1)
+    copies, real_copy = [], staging.contiguous_copy
+    monkeypatch.setattr(
+        staging, "contiguous_copy", lambda t, d: copies.append(tuple(t.shape)) or real_copy(t, d)
+    )
+    kernel.reset()
+    a = make((45, 70), torch.float32, transposed=layout[0] == "c")
+    b = make((70, 37), torch.float32, transposed=layout[1] == "c")
+    check_matmul(a, b)
+    assert bool(copies) == tf32  # the backward's products cannot all read K-major as they come
+    assert sum(shape in ((45, 37), (37, 45)) for shape in copies) <= 1
+    launched = [operands for operands in _compiled_operands() if len(operands) in (2, 4)]
+    assert launched
+    for operands in launched:
+        assert _read_fast(list(zip(operands[::2], operands[1::2], strict=True)), tf32)
