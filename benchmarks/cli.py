@@ -179,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--output", type=Path, metavar="PATH", help="tritonbench's CSV, here too")
     for size in ("--m", "--n", "--k"):
         tb.add_argument(size, type=int, help="one shape: give --m, --n and --k together")
-    tb.add_argument("--precision", type=precision_name, help="fp16 (default), bf16 or fp32")
+    tb.add_argument(
+        "--precision",
+        type=precision_name,
+        help="fp16 (default), bf16, fp32 or tf32 (fp32 dots in TF32)",
+    )
     tb.add_argument("--layout")
     tb.add_argument("--device", "-d")
     tb.add_argument("--bias-1D-y", dest="bias_1d")
@@ -246,9 +250,10 @@ def parse_args(argv: list[str]) -> Options:
 
 
 # What --precision may name: the dtypes helion_ops runs (the built-in harness's too), in
-# tritonbench's spelling; torch's is taken too. (helion_ops.dtype_names has the same map, but
-# importing helion_ops here would import Triton before the interpreter is chosen.)
-PRECISIONS = ("fp16", "bf16", "fp32")
+# tritonbench's spelling (tf32: fp32 with torch's TF32 switch on); torch's is taken too.
+# (helion_ops.dtype_names has the same map, but importing helion_ops here would import Triton
+# before the interpreter is chosen.)
+PRECISIONS = ("fp16", "bf16", "fp32", "tf32")
 _TORCH_SPELLING = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 

@@ -41,7 +41,7 @@ from benchmarks.suite import BACKENDS, BWD_MODES, Shape
 from benchmarks.tritonbench_runner import INSTALL_COMMAND
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from benchmarks.cli import Options
     from benchmarks.suite import Job
@@ -55,7 +55,14 @@ ADDMM_M = (
     35380, 35901, 20068,
 )  # fmt: skip
 ADDMM_SHAPES: tuple[Shape, ...] = tuple((m, 512, 1536) for m in ADDMM_M)
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# tf32: fp32 tensors under torch's TF32 switch, set for the call (tritonbench sets it for its
+# process).
+DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+}
 # NEW gemm's tolerances for fp16/bf16; other dtypes and addmm: the scaled rule (None).
 GEMM_TOLERANCES = {"fp16": (0.1, 1e-2), "bf16": (0.1, 1e-2)}
 # What it measures (tritonbench's names).
@@ -280,6 +287,22 @@ def run_call(argv: Sequence[str]) -> list[Row]:
     A backend that fails gets its error in its first metric's cell, as in tritonbench's CSV.
     """
     args, _ = _parser().parse_known_args(list(argv))
+    with tf32_switch(args.precision == "tf32"):
+        return _run_call(args)
+
+
+@contextlib.contextmanager
+def tf32_switch(on: bool) -> Iterator[None]:
+    """torch's TF32 switch for fp32 products set to ``on``, and back after."""
+    was = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
+
+
+def _run_call(args: argparse.Namespace) -> list[Row]:
     if len(args.layout) != 2 or set(args.layout) - {"t", "n"}:
         raise ValueError(f"--layout: two letters of t and n, got {args.layout!r}")
     shape = (args.m, args.n, args.k)

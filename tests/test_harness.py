@@ -107,6 +107,28 @@ def test_inputs_follow_tritonbench_s_recipes():
     assert not bias.requires_grad
 
 
+@pytest.mark.parametrize("op", ["gemm", "addmm"])
+def test_tf32_runs_fp32_under_torchs_tf32_switch_for_the_call(monkeypatch, op):
+    """--precision tf32: fp32 inputs, each backend called with the TF32 switch on (helion_ops
+    picks its TF32 kernel by it), the switch back as it was after the call."""
+    seen = []
+    fns = harness.functions(op)
+
+    def recording(name):
+        def fn(*inputs):
+            seen.append((inputs[0].dtype, torch.backends.cuda.matmul.allow_tf32))
+            return fns[name](*inputs)
+
+        return fn
+
+    monkeypatch.setattr(harness, "functions", lambda op: {k: recording(k) for k in fns})
+    was = torch.backends.cuda.matmul.allow_tf32
+    _, helion = harness.run_call([*call_argv(op, "fwd_bwd"), "--precision", "tf32"])
+    assert torch.backends.cuda.matmul.allow_tf32 == was
+    assert seen and set(seen) == {(torch.float32, True)}
+    assert helion.metrics["accuracy"] == 1.0
+
+
 def test_a_failing_backend_gets_an_error_cell(monkeypatch):
     names = BACKENDS["gemm"]
     argv = call_argv("gemm", "fwd", f"{names.baseline},{names.helion}")

@@ -106,6 +106,34 @@ def test_baseline_rule_fails_a_result_10_percent_off(dtype):
         tritonbench_bwd.assert_matches_baseline(want * 1.1, want, "output")
 
 
+@pytest.fixture
+def restore_tf32():
+    was = torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = was
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
+def test_baseline_rule_under_tf32_takes_tf32s_rounding(restore_tf32, tf32):
+    """Under torch's TF32 switch fp32 results are TF32's: a difference of 1.5e-3 of the
+    largest value passes (two correct TF32 products differ by about 1e-3, call 352), one of
+    1e-2 fails; without the switch fp32's rule fails the first."""
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    want = torch.randn(64, 64, dtype=torch.float32)
+    scale = want.abs().max()
+    near = want + 1.5e-3 * scale * torch.randn_like(want).sign()
+    if tf32:
+        tritonbench_bwd.assert_matches_baseline(near, want, "output")
+    else:
+        with pytest.raises(AssertionError):
+            tritonbench_bwd.assert_matches_baseline(near, want, "output")
+    with pytest.raises(AssertionError):
+        tritonbench_bwd.assert_matches_baseline(want + 1e-2 * scale, want, "output")
+    tritonbench_bwd.assert_matches_baseline(
+        want.half().float() if tf32 else want.clone(), want, "output"
+    )
+
+
 def test_baseline_rule_fails_a_sign_flip():
     want = torch.tensor([40.0, -20.0], dtype=torch.bfloat16)
     with pytest.raises(AssertionError):
