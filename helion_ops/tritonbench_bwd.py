@@ -288,8 +288,8 @@ ATOL_EPS = {torch.float16: 2.0, torch.bfloat16: 2.0, torch.float32: 64.0}
 # fp32 under torch's TF32 switch (tritonbench's ``--precision tf32``): the dots read their
 # operands with 10 bits of mantissa, so two correct results differ by about one unit of 2**-10
 # at the largest value (H100, call 352: helion_ops 7.6-8.6e-4 of the largest value from
-# float64, aten 2.8-3.2e-4, at K of 1024-8192); four such units, where fp32's rule above
-# (7.6e-6) failed every backend but the baseline.
+# float64, aten 2.8-3.2e-4, at K of 1024-8192, so 5e-4 or more apart where ours is farthest);
+# four such units, where fp32's rule above (7.6e-6) would fail them.
 TF32_EPS = 2.0**-10
 TF32_ATOL_EPS = 4.0
 
