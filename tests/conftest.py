@@ -94,6 +94,14 @@ def capture(fn):
 
 
 @pytest.fixture
+def restore_tf32():
+    """torch's TF32 switch for fp32 products as it was before the test."""
+    was = torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = was
+
+
+@pytest.fixture
 def python_path_only(monkeypatch):
     """helion_ops' C++ fast path off (``helion_ops.native``): for tests that patch the Python
     path (a Function's backward, a faked capture) and need every call to go through it. A

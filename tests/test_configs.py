@@ -215,13 +215,6 @@ def test_generated_triton_code_has_a_dot():
     assert "input_precision='ieee'" in code
 
 
-@pytest.fixture
-def restore_tf32():
-    was = torch.backends.cuda.matmul.allow_tf32
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = was
-
-
 def test_fp32_follows_torch_tf32_switch(restore_tf32):
     torch.backends.cuda.matmul.allow_tf32 = False
     assert _kernel_for(torch.float32) is matmul_kernel

@@ -106,13 +106,6 @@ def test_baseline_rule_fails_a_result_10_percent_off(dtype):
         tritonbench_bwd.assert_matches_baseline(want * 1.1, want, "output")
 
 
-@pytest.fixture
-def restore_tf32():
-    was = torch.backends.cuda.matmul.allow_tf32
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = was
-
-
 @pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
 def test_baseline_rule_under_tf32_takes_tf32s_rounding(restore_tf32, tf32):
     """Under torch's TF32 switch fp32 results are TF32's: a difference of 1.5e-3 of the

@@ -216,12 +216,10 @@ def test_contiguous_copy(dim, transposed):
 
 
 @pytest.fixture(params=[False, True], ids=["ieee", "tf32"])
-def tf32(request):
+def tf32(request, restore_tf32):
     """torch's TF32 switch set for the test (both ways), restored after."""
-    was = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = request.param
-    yield request.param
-    torch.backends.cuda.matmul.allow_tf32 = was
+    return request.param
 
 
 def _k_dims(tf32: bool) -> tuple:
