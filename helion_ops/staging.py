@@ -55,13 +55,8 @@ _decisions: dict[tuple, bool] = {}
 def aligned_copy(t: torch.Tensor) -> torch.Tensor:
     """``t``'s values in a new buffer whose rows (columns for a column-major ``t``) start on
     128-byte lines: the same layout, its leading dimension padded."""
-    rows, cols = t.shape
-    per_line = LINE_BYTES // t.element_size()
-    if t.stride(0) == 1 and t.stride(1) != 1:  # column-major: pad the columns
-        padded = -(-rows // per_line) * per_line
-        return t.new_empty((cols, padded))[:, :rows].T.copy_(t)
-    padded = -(-cols // per_line) * per_line
-    return t.new_empty((rows, padded))[:, :cols].copy_(t)
+    column_major = t.stride(0) == 1 and t.stride(1) != 1
+    return contiguous_copy(t, 0 if column_major else 1)
 
 
 def staged(
