@@ -12,11 +12,12 @@ once). The copies' rows are padded to whole 128-byte lines, which the kernels lo
 (``helion_ops.model``). The output stays a contiguous tensor; only its store keeps pointer
 indexing.
 
-fp32 products with TF32 dots stage for another reason: Hopper's TF32 tensor-core MMA reads
-both operands contiguous along K only, and Triton runs other layouts several times slower
-(H100, call 347: 2048^3 in 57.8 us with b column-major, 195.8 with b row-major and 271.8
-with a column-major too; aten 50.9-75.9). Such products run from copies contiguous along K
-(``tf32_layouts``).
+fp32 products stage for another reason: their dots read some layouts several times slower
+than others (H100, call 347). Hopper's TF32 tensor-core MMA reads both operands contiguous
+along K only: 2048^3 ran in 57.8 us with b column-major, 195.8 with b row-major and 271.8
+with a column-major too (aten 50.9-75.9). IEEE dots (FMAs) want b row-major: 64x64x32 tiles
+ran 1.9x slower from b column-major (0.48 of aten). Such products run from copies in the
+layout their dots read fastest (``fp32_layouts``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,9 @@ def staged(
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """The products with their unaligned operands replaced by aligned copies, where the
     wave model predicts each product staged, copies included, faster than unstaged; a tensor
-    that several products read is copied once. TF32 products' operands are first copied
-    contiguous along K (``tf32_layouts``). None where nothing is to be staged."""
-    tf32 = products[0][0].dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    relaid = tf32_layouts(products) if tf32 else None
+    that several products read is copied once. fp32 operands are first copied into the layout
+    their dots read fastest (``fp32_layouts``). None where nothing is to be staged."""
+    relaid = fp32_layouts(products) if products[0][0].dtype == torch.float32 else None
     products = relaid or products
     stage = [p for p in products if worth_staging(*p)]
     if not stage:
@@ -79,12 +79,12 @@ def staged(
     return [tuple(copies.get(id(t), t) for t in p) for p in products]
 
 
-# A TF32 product's operand is copied contiguous along K where the product's other free
-# dimension (b's columns for a, a's rows for b) is at least this long: each element then
-# feeds that many multiply-adds, and a compute-bound product takes 3.4x as long from b
-# row-major (call 347, 2048^3). Against a copy at the H100's 3.3 TB/s (8 bytes of traffic an
-# element) and 350 TFLOP/s of TF32 (aten's 4096^3) that pays from about 180; torch's copy
-# reaches 0.93 TB/s, yet 320x4096x4096 still ran 1.12x as fast copied (call 352).
+# An fp32 product's operand is copied into the layout its dots read fastest where the
+# product's other free dimension (b's columns for a, a's rows for b) is at least this long:
+# each element then feeds that many multiply-adds. A compute-bound TF32 product that takes
+# 3.4x as long from b row-major (call 347, 2048^3) outweighs the copy (8 bytes of traffic an
+# element) from about 180 on, at the H100's 3.3 TB/s and 350 TFLOP/s of TF32 (aten's 4096^3);
+# IEEE dots, 1.9x slower from the wrong layout at 52 TFLOP/s, from about 100.
 LAYOUT_REUSE = 256
 
 
@@ -94,22 +94,24 @@ def contiguous_along(t: torch.Tensor, dim: int) -> bool:
     return t.stride(dim) == 1 or t.shape[dim] <= 1 or t.numel() == 0
 
 
-def tf32_layouts(
+def fp32_layouts(
     products: Sequence[tuple[torch.Tensor, torch.Tensor]],
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """The TF32 products with each operand not contiguous along K (a's columns, b's rows)
-    replaced by a copy that is, where the product reads it at least ``LAYOUT_REUSE`` times
-    over. A tensor that several products read the same way is copied once. None where
-    nothing is copied."""
+    """The fp32 products with each operand their dots read slowly replaced by a copy
+    contiguous along the dimension they read fast, where the product reads it at least
+    ``LAYOUT_REUSE`` times over: with TF32 (``allow_tf32``) both operands contiguous along K
+    (a row-major, b column-major); with IEEE dots b row-major. A tensor that several products
+    read the same way is copied once. None where nothing is copied."""
+    fast_dims = (1, 0) if torch.backends.cuda.matmul.allow_tf32 else (None, 1)
     copies: dict[tuple[int, int], torch.Tensor] = {}
     out = []
     for a, b in products:
         pair = []
-        for t, k_dim, reuse in ((a, 1, b.shape[1]), (b, 0, a.shape[0])):
-            if reuse >= LAYOUT_REUSE and not contiguous_along(t, k_dim):
-                key = (id(t), k_dim)
+        for t, dim, reuse in zip((a, b), fast_dims, (b.shape[1], a.shape[0]), strict=True):
+            if dim is not None and reuse >= LAYOUT_REUSE and not contiguous_along(t, dim):
+                key = (id(t), dim)
                 if key not in copies:
-                    copies[key] = contiguous_copy(t, k_dim)
+                    copies[key] = contiguous_copy(t, dim)
                 t = copies[key]
             pair.append(t)
         out.append(tuple(pair))
@@ -118,8 +120,10 @@ def tf32_layouts(
 
 def contiguous_copy(t: torch.Tensor, dim: int) -> torch.Tensor:
     """``t``'s values in a new buffer contiguous along ``dim``, each run along it starting on
-    a 128-byte line (``aligned_copy``'s padding). (torch's copy moved 0.93 TB/s transposing
-    fp32 on an H100, 4096x4096 in 138 us, call 353: a tiled copy is the next step.)"""
+    a 128-byte line (``aligned_copy``'s padding). torch's copy moves 0.97 TB/s transposing
+    fp32 on an H100 (4096x4096 in 139 us, call 354); a tiled Helion kernel moved 2.8 TB/s
+    there, but TF32 forward+backward timed without CUDA graphs took 1.4-2.4x as long with it
+    (the cause not yet measured, NOTES 151), so the copy stays torch's."""
     view = t if dim == 1 else t.T  # ``dim`` along the view's columns
     rows, cols = view.shape
     per_line = LINE_BYTES // t.element_size()

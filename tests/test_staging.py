@@ -222,36 +222,35 @@ def tf32(request, restore_tf32):
     return request.param
 
 
-def _k_dims(tf32: bool) -> tuple:
-    """Along which dimension each operand is to be contiguous (None: any): with TF32 along
-    K; IEEE dots read every layout as it comes."""
-    return (1, 0) if tf32 else (None, None)
+def _fast_dims(tf32: bool) -> tuple:
+    """Along which dimension each operand's dots read fast (None: any)."""
+    return (1, 0) if tf32 else (None, 1)
 
 
 def _read_fast(products, tf32: bool) -> bool:
-    """Whether every operand is laid out as the products' dots read it fastest."""
     return all(
         d is None or staging.contiguous_along(t, d)
         for p in products
-        for t, d in zip(p, _k_dims(tf32), strict=True)
+        for t, d in zip(p, _fast_dims(tf32), strict=True)
     )
 
 
 @pytest.mark.parametrize("layout", ["rr", "rc", "cr", "cc"])
-def test_tf32_products_run_from_operands_contiguous_along_k(tf32, layout):
-    """TF32: a row-major and b column-major as they are, any other operand copied; IEEE dots
-    and fp16 keep every layout."""
+def test_fp32_products_run_from_the_layouts_their_dots_read_fast(tf32, layout):
+    """TF32: a row-major and b column-major as they are, any other operand copied; IEEE: b
+    row-major. fp16 keeps every layout."""
     m, n, k = 300, 260, 70
     a = torch.randn(m, k) if layout[0] == "r" else torch.randn(k, m).T
     b = torch.randn(k, n) if layout[1] == "r" else torch.randn(n, k).T
-    assert _read_fast([(a, b)], tf32) == (layout == "rc" or not tf32)
+    assert _read_fast([(a, b)], tf32) == (layout in (("rc",) if tf32 else ("rr", "cr")))
     out = staging.staged([(a, b)])
     if _read_fast([(a, b)], tf32):
         assert out is None
     else:
         ((x, y),) = out
         assert _read_fast(out, tf32) and torch.equal(x, a) and torch.equal(y, b)
-        assert (x is a) == (layout[0] == "r") and (y is b) == (layout[1] == "c")
+        assert (x is a) == (not tf32 or layout[0] == "r")
+        assert (y is b) == (layout[1] == ("c" if tf32 else "r"))
     assert staging.staged([(a.half(), b.half())]) is None
 
 
@@ -266,17 +265,17 @@ def test_contiguous_along():
 
 @pytest.mark.parametrize("m,k,n", [(45, 0, 37), (0, 70, 37), (45, 70, 0)])
 def test_fp32_empty_products_copy_nothing(tf32, monkeypatch, m, k, n):
-    """Forward and both grads of products with an empty dimension, a column-major and b
-    row-major with TF32 (neither contiguous along K), the bound lowered to 1."""
+    """Forward and both grads of products with an empty dimension, every operand in the
+    layout its dots read slowly (the bound lowered to 1)."""
     monkeypatch.setattr(staging, "LAYOUT_REUSE", 1)
     a = make((m, k), torch.float32, transposed=True)
-    b = make((k, n), torch.float32)
+    b = make((k, n), torch.float32, transposed=not tf32)
     check_matmul(a, b)
 
 
-def test_tf32_operands_read_a_few_times_stay(tf32):
-    """An operand that feeds fewer than ``LAYOUT_REUSE`` multiply-adds an element (a of a
-    product of 255 columns) is read as it is."""
+def test_fp32_operands_read_a_few_times_stay(tf32):
+    """An operand that feeds fewer than ``LAYOUT_REUSE`` multiply-adds an element (b of a
+    product of 255 rows; with TF32, a of one of 255 columns) is read as it is."""
     reuse = staging.LAYOUT_REUSE
     a, b = torch.randn(64, reuse - 1).T, torch.randn(reuse, 64).T  # both column-major
     out = staging.staged([(a, b)])  # 255 rows, 256 columns
@@ -284,30 +283,28 @@ def test_tf32_operands_read_a_few_times_stay(tf32):
     assert staging.staged([(a, b[:, : reuse - 1])]) is None
 
 
-def test_tf32_backward_copies_each_tensor_once_per_layout(tf32):
-    """The backward's pair, mat1 and mat2 row-major: grad_out @ mat2.T reads both contiguous
-    along K; mat1.T @ grad_out neither, and with TF32 both are copied, grad_out once."""
+def test_fp32_backward_copies_each_tensor_once_per_layout(tf32):
+    """The backward's pair, mat1 and mat2 row-major: grad_out @ mat2.T reads mat2.T column-
+    major (copied for IEEE), mat1.T @ grad_out reads mat1.T column-major (copied for TF32)
+    and grad_out row-major (copied for TF32, once)."""
     at, bt, g = torch.randn(300, 280).T, torch.randn(280, 270).T, torch.randn(300, 270)
     products = [(g, bt), (at, g), (at, g)]
     out = staging.staged(products)
-    if not tf32:
-        assert out is None
-        return
     assert _read_fast(out, tf32)
     assert all(
         torch.equal(x, x0) and torch.equal(y, y0)
         for (x, y), (x0, y0) in zip(out, products, strict=True)
     )
     assert out[0][0] is g
-    assert out[0][1] is bt and out[1][0] is not at and out[1][1] is not g
+    assert (out[0][1] is bt) == tf32
+    assert (out[1][0] is at) == (not tf32) and (out[1][1] is g) == (not tf32)
     assert out[1][0] is out[2][0] and out[1][1] is out[2][1]
 
 
 @pytest.mark.parametrize("layout", ["rr", "rc", "cr", "cc"])
 def test_fp32_matmul_from_relaid_operands_against_float64(tf32, monkeypatch, layout):
-    """Forward and both grads, with TF32 every product launched on operands contiguous along
-    K (the bound lowered to fit the interpreter's sizes), grad_out copied once at most; IEEE
-    dots on the operands as they come."""
+    """Forward and both grads, every product launched on the layouts its dots read fast (the
+    bound lowered to fit the interpreter's sizes); grad_out copied once at most."""
     monkeypatch.setattr(staging, "LAYOUT_REUSE", 1)
     copies, real_copy = [], staging.contiguous_copy
     monkeypatch.setattr(
@@ -317,7 +314,7 @@ def test_fp32_matmul_from_relaid_operands_against_float64(tf32, monkeypatch, lay
     a = make((45, 70), torch.float32, transposed=layout[0] == "c")
     b = make((70, 37), torch.float32, transposed=layout[1] == "c")
     check_matmul(a, b)
-    assert bool(copies) == tf32  # the backward's products cannot all read K-major as they come
+    assert copies  # the backward's products cannot all read fast as they come
     assert sum(shape in ((45, 37), (37, 45)) for shape in copies) <= 1
     launched = [operands for operands in _compiled_operands() if len(operands) in (2, 4)]
     assert launched
