@@ -228,6 +228,7 @@ def _fast_dims(tf32: bool) -> tuple:
 
 
 def _read_fast(products, tf32: bool) -> bool:
+    """Whether every operand is laid out as the products' dots read it fastest."""
     return all(
         d is None or staging.contiguous_along(t, d)
         for p in products
