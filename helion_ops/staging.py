@@ -30,6 +30,7 @@ from helion_ops.configs import model_product, model_without_entry, operands_key
 from helion_ops.loads import masks_vectorize, rows_off_lines, tma_aligned
 from helion_ops.model import LINE_BYTES
 from helion_ops.narrow_tiles import few_rows
+from helion_ops.table import operand_layout
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -56,8 +57,7 @@ _decisions: dict[tuple, bool] = {}
 def aligned_copy(t: torch.Tensor) -> torch.Tensor:
     """``t``'s values in a new buffer whose rows (columns for a column-major ``t``) start on
     128-byte lines: the same layout, its leading dimension padded."""
-    column_major = t.stride(0) == 1 and t.stride(1) != 1
-    return contiguous_copy(t, 0 if column_major else 1)
+    return contiguous_copy(t, 0 if operand_layout(t) == "c" else 1)
 
 
 def staged(
