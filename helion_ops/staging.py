@@ -33,7 +33,7 @@ from helion_ops.narrow_tiles import few_rows
 from helion_ops.table import operand_layout
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from helion_ops.model import Model, Product
 
@@ -54,6 +54,17 @@ UNSTAGED_GAIN = 1.2
 _decisions: dict[tuple, bool] = {}
 
 
+def padded_copy(view: torch.Tensor) -> torch.Tensor:
+    """``view``'s values in a new row-major buffer, its rows padded to whole 128-byte lines
+    (the padding left unwritten), by torch's copy: 0.97 TB/s transposing fp32 on an H100
+    (4096x4096 in 139 us, call 354)."""
+    rows, cols = view.shape
+    per_line = LINE_BYTES // view.element_size()
+    buffer = view.new_empty((rows, -(-cols // per_line) * per_line))
+    buffer[:, :cols].copy_(view)
+    return buffer
+
+
 def aligned_copy(t: torch.Tensor) -> torch.Tensor:
     """``t``'s values in a new buffer whose rows (columns for a column-major ``t``) start on
     128-byte lines: the same layout, its leading dimension padded."""
@@ -62,12 +73,15 @@ def aligned_copy(t: torch.Tensor) -> torch.Tensor:
 
 def staged(
     products: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy,
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """The products with their unaligned operands replaced by aligned copies, where the
     wave model predicts each product staged, copies included, faster than unstaged; a tensor
     that several products read is copied once. fp32 operands are first copied into the layout
-    their dots read fastest (``fp32_layouts``). None where nothing is to be staged."""
-    relaid = fp32_layouts(products) if products[0][0].dtype == torch.float32 else None
+    their dots read fastest (``fp32_layouts``, by ``copy_rows``). None where nothing is to be
+    staged."""
+    fp32 = products[0][0].dtype == torch.float32
+    relaid = fp32_layouts(products, copy_rows) if fp32 else None
     products = relaid or products
     stage = [p for p in products if worth_staging(*p)]
     if not stage:
@@ -96,12 +110,14 @@ def contiguous_along(t: torch.Tensor, dim: int) -> bool:
 
 def fp32_layouts(
     products: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy,
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """The fp32 products with each operand their dots read slowly replaced by a copy
     contiguous along the dimension they read fast, where the product reads it at least
     ``LAYOUT_REUSE`` times over: with TF32 (``allow_tf32``) both operands contiguous along K
     (a row-major, b column-major); with IEEE dots b row-major. A tensor that several products
-    read the same way is copied once. None where nothing is copied."""
+    read the same way is copied once (by ``copy_rows``, as ``contiguous_copy``'s). None where
+    nothing is copied."""
     fast_dims = (1, 0) if torch.backends.cuda.matmul.allow_tf32 else (None, 1)
     copies: dict[tuple[int, int], torch.Tensor] = {}
     out = []
@@ -111,24 +127,22 @@ def fp32_layouts(
             if dim is not None and reuse >= LAYOUT_REUSE and not contiguous_along(t, dim):
                 key = (id(t), dim)
                 if key not in copies:
-                    copies[key] = contiguous_copy(t, dim)
+                    copies[key] = contiguous_copy(t, dim, copy_rows)
                 t = copies[key]
             pair.append(t)
         out.append(tuple(pair))
     return out if copies else None
 
 
-def contiguous_copy(t: torch.Tensor, dim: int) -> torch.Tensor:
+def contiguous_copy(
+    t: torch.Tensor, dim: int, copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy
+) -> torch.Tensor:
     """``t``'s values in a new buffer contiguous along ``dim``, each run along it starting on
-    a 128-byte line (``aligned_copy``'s padding). torch's copy moves 0.97 TB/s transposing
-    fp32 on an H100 (4096x4096 in 139 us, call 354); a tiled Helion kernel moved 2.8 TB/s
-    there, but TF32 forward+backward timed without CUDA graphs took 1.4-2.4x as long with it
-    (the cause not yet measured, NOTES 151), so the copy stays torch's."""
+    a 128-byte line (``aligned_copy``'s padding). ``copy_rows``: how a view is copied into
+    padded rows (``padded_copy``; the launchers pass ``kernel.tiled_padded_copy``, a Helion
+    kernel that transposes 2.9x as fast)."""
     view = t if dim == 1 else t.T  # ``dim`` along the view's columns
-    rows, cols = view.shape
-    per_line = LINE_BYTES // t.element_size()
-    padded = -(-cols // per_line) * per_line
-    copy = t.new_empty((rows, padded))[:, :cols].copy_(view)
+    copy = copy_rows(view)[:, : view.shape[1]]
     return copy if dim == 1 else copy.T
 
 

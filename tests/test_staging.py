@@ -215,6 +215,28 @@ def test_contiguous_copy(dim, transposed):
     assert loads.tma_aligned(copy)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "make_view",
+    [
+        lambda dt: torch.randn(290, 70, dtype=dt, device=DEVICE).T,  # column-major: transposed
+        lambda dt: torch.randn(70, 290, dtype=dt, device=DEVICE),  # row-major: rows padded
+        lambda dt: torch.randn(300, 80, dtype=dt, device=DEVICE)[3:293, 5:75].T,  # at an offset
+        lambda dt: torch.randn(140, 290, dtype=dt, device=DEVICE)[::2],  # no unit stride
+    ],
+    ids=["columns", "rows", "offset", "strided"],
+)
+def test_tiled_padded_copy_matches_torchs(dtype, make_view):
+    """The launchers' copy (a Helion kernel, through its launch plan: second call too) gives
+    torch's padded copy: the same sizes, strides and values, in a new buffer."""
+    view = make_view(dtype)
+    expected = staging.padded_copy(view)
+    for _ in range(2):
+        copy = kernel.tiled_padded_copy(view)
+        assert copy.shape == expected.shape == (70, 320) and copy.stride() == expected.stride()
+        assert torch.equal(copy[:, :290], view) and copy.data_ptr() != view.data_ptr()
+
+
 @pytest.fixture(params=[False, True], ids=["ieee", "tf32"])
 def tf32(request, restore_tf32):
     """torch's TF32 switch set for the test (both ways), restored after."""
@@ -308,9 +330,13 @@ def test_fp32_matmul_from_relaid_operands_against_float64(tf32, monkeypatch, lay
     bound lowered to fit the interpreter's sizes); grad_out copied once at most."""
     monkeypatch.setattr(staging, "LAYOUT_REUSE", 1)
     copies, real_copy = [], staging.contiguous_copy
-    monkeypatch.setattr(
-        staging, "contiguous_copy", lambda t, d: copies.append(tuple(t.shape)) or real_copy(t, d)
-    )
+
+    def contiguous_copy(t, dim, copy_rows):
+        assert copy_rows is kernel.tiled_padded_copy  # the launchers copy by the tiled kernel
+        copies.append(tuple(t.shape))
+        return real_copy(t, dim, copy_rows)
+
+    monkeypatch.setattr(staging, "contiguous_copy", contiguous_copy)
     kernel.reset()
     a = make((45, 70), torch.float32, transposed=layout[0] == "c")
     b = make((70, 37), torch.float32, transposed=layout[1] == "c")
