@@ -30,11 +30,11 @@ epilogue would re-derive its specialization key (``bind``, about 100 microsecond
 launchers key each specialization by what Helion and Triton specialize on (the kernel, the
 epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte alignment) and
 keep a launch plan for it (``helion_ops.plans``), or, where a plan cannot describe the host
-function, the host function itself. For fp16/bf16 plain and pair launches, each launcher also
-keeps its own look-up from its operands to that plan (the fast path: one key per call), which
-``helion_ops.native`` hands to its C++ path (``fast_mm_plan``, ``fast_split_plan``,
-``fast_addmm_plan``). Split-K products keep the split-K kernel's plan the same way
-(``_fast_split``), and the launcher casts its sums.
+function, the host function itself. For plain and pair launches, each launcher also keeps its
+own look-up from its operands to that plan (the fast path: one key per call, which for fp32
+holds torch's TF32 switch), which ``helion_ops.native`` hands to its C++ path for fp16 and
+bf16 (``fast_mm_plan``, ``fast_split_plan``, ``fast_addmm_plan``). Split-K products keep the
+split-K kernel's plan the same way (``_fast_split``), and the launcher casts its sums.
 """
 
 from __future__ import annotations
@@ -342,9 +342,9 @@ def _set_scratch_allocator() -> None:
 
 # The eager fast path: operands seen before go straight to their specialization's plan, one
 # look-up keyed by what decides every branch of the launchers (sizes, strides, 16-byte
-# alignment, dtype, device, whether the scales are 1: ``scaled``), where the product runs the
-# plain or pair kernel in fp16 or bf16 (fp32's kernel also depends on torch's TF32 flag;
-# split-K and last-wave products do more than one launch). Filled by ``_run``; one dict per
+# alignment, dtype, device, whether the scales are 1: ``scaled``, whether fp32 runs TF32 dots:
+# ``tf32_dots``), where the product runs the plain or pair kernel (split-K and last-wave
+# products do more than one launch). Filled by ``_run``; one dict per
 # launcher, as their keys differ. A key also holds everything the public argument checks read
 # of the tensors (``helion_ops.checks``: dimensions, dtypes, devices, sizes), and entries are
 # made only for valid operands, so a hit skips those checks.
@@ -359,12 +359,13 @@ _fast_pair_eager: dict[tuple[Any, ...], LaunchPlan | None] = {}
 # no capture is under way (launch_mm's and launch_addmm's keys differ in length).
 _fast_eager: dict[tuple[Any, ...], LaunchPlan] = {}
 _UNSEEN = object()
-# Split-K products (fp16 and bf16) that split in every call: the split-K kernel's plan, read
+# Split-K products that split in every call: the split-K kernel's plan, read
 # after a miss in _fast_mm or _fast_addmm (by their keys) when torch's determinism switch is
 # off; the launcher then finishes the fp32 sums (``_split_k_result``).
 _fast_split: dict[tuple[Any, ...], LaunchPlan] = {}
 # Products that split only under a CUDA graph capture whose split an eager call has compiled.
 _splits_compiled: set[tuple[Any, ...]] = set()
+# The dtypes the wave model and the rules for thin, narrow and streaming products cover.
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -539,7 +540,7 @@ def _halved_tiles(config: helion.Config) -> helion.Config | None:
 def _kernel_for(
     dtype: torch.dtype, split_k: bool = False, pair: bool = False, pieces: bool = False
 ) -> helion.Kernel:
-    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    tf32 = tf32_dots(dtype)
     if split_k and pieces:
         return split_k_pieces_kernel_tf32 if tf32 else split_k_pieces_kernel
     if split_k:
@@ -547,6 +548,13 @@ def _kernel_for(
     if pair:
         return pair_kernel_tf32 if tf32 else pair_kernel
     return matmul_kernel_tf32 if tf32 else matmul_kernel
+
+
+def tf32_dots(dtype: torch.dtype) -> bool:
+    """Whether products of ``dtype`` run TF32 dots: fp32 under torch's TF32 switch
+    (``torch.backends.cuda.matmul.allow_tf32``), as torch.mm does. Their kernels and
+    operand layouts differ (``staging.fp32_layouts``), so the fast-path keys hold it."""
+    return dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32
 
 
 def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
@@ -628,7 +636,7 @@ def _mm_key(a: Any, b: Any, unit: bool) -> tuple[Any, ...] | None:
             return None
         return (
             a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-            a.data_ptr() % 16, b.data_ptr() % 16, unit,
+            a.data_ptr() % 16, b.data_ptr() % 16, unit, tf32_dots(a.dtype),
         )  # fmt: skip
     except (AttributeError, RuntimeError):  # not tensors, or not strided: the check names it
         return None
@@ -644,7 +652,7 @@ def _addmm_key(bias: torch.Tensor, a: Any, b: Any, unit: bool) -> tuple[Any, ...
         return (
             a.shape, b.shape, bias.shape, a.stride(), b.stride(), bias.stride(), a.dtype,
             b.dtype, bias.dtype, a.device, b.device, bias.device, a.data_ptr() % 16,
-            b.data_ptr() % 16, bias.data_ptr() % 16, unit,
+            b.data_ptr() % 16, bias.data_ptr() % 16, unit, tf32_dots(a.dtype),
         )  # fmt: skip
     except (AttributeError, RuntimeError):
         return None
@@ -687,7 +695,7 @@ def launch_mm_pair(
     fast_key = (
         a1.shape, b1.shape, a2.shape, b2.shape, a1.stride(), b1.stride(), a2.stride(),
         b2.stride(), a1.dtype, a1.device, a1.data_ptr() % 16, b1.data_ptr() % 16,
-        a2.data_ptr() % 16, b2.data_ptr() % 16, unit_scales(alpha),
+        a2.data_ptr() % 16, b2.data_ptr() % 16, unit_scales(alpha), tf32_dots(a1.dtype),
     )  # fmt: skip
     plan = _fast_pair.get(fast_key, _UNSEEN)
     if plan is None and not capturing(a1):
@@ -718,14 +726,12 @@ def launch_mm_pair(
         and not (transposed_pays(a1, b1) or transposed_pays(a2, b2))
         and model_pair(*operands, eager=True)
     )
-    fast_dtype = a1.dtype in FAST_DTYPES
-    if fast_dtype:
-        # The decisions depend on nothing the key does not hold. Where they differ, captures
-        # read the one in _fast_pair (None), eager calls the one in _fast_pair_eager.
-        if not everywhere:
-            _fast_pair[fast_key] = None
-        if eager and not one_launch:
-            _fast_pair_eager[fast_key] = None
+    # The decisions depend on nothing the key does not hold. Where they differ, captures
+    # read the one in _fast_pair (None), eager calls the one in _fast_pair_eager.
+    if not everywhere:
+        _fast_pair[fast_key] = None
+    if eager and not one_launch:
+        _fast_pair_eager[fast_key] = None
     if one_launch:
         if not everywhere:
             # The two launches a capture makes instead are compiled now (results unused), as
@@ -733,7 +739,7 @@ def launch_mm_pair(
             launch_mm(a1, b1, alpha)
             launch_mm(a2, b2, alpha)
         plans = _fast_pair if everywhere else _fast_pair_eager
-        fast = (plans, fast_key) if fast_dtype else None
+        fast = (plans, fast_key)
         kernel = _kernel_for(a1.dtype, pair=True)
         return _run(kernel, (*operands, scaled(alpha), scaled(alpha)), fast=fast)
     return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
@@ -866,7 +872,7 @@ def launch_addmm(
     if split_k and not deterministic:
         # The fast path keeps the split's plan: the calls after this one launch it and
         # finish its sums with no more Python than that (``_fast_split``).
-        fast = (_fast_split, key) if a.dtype in FAST_DTYPES and key is not None else None
+        fast = (_fast_split, key) if key is not None else None
         partial = _run(_kernel_for(a.dtype, split_k=True), (a, b), fast=fast)
         return _split_k_result(partial, bias, alpha, beta, a)
     if split_k:
@@ -886,7 +892,7 @@ def launch_addmm(
     # _fast_eager, which the launchers read outside captures. (Under torch's determinism
     # switch a split or split-K product takes neither: the switch is not in the key.)
     plans = None
-    if a.dtype in FAST_DTYPES and not split_k:
+    if not split_k:
         if split is None:
             plans = _fast_mm if bias is None else _fast_addmm
         elif not deterministic and not split.eager:

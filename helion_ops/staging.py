@@ -17,7 +17,8 @@ than others (H100, call 347). Hopper's TF32 tensor-core MMA reads both operands 
 along K only: 2048^3 ran in 57.8 us with b column-major, 195.8 with b row-major and 271.8
 with a column-major too (aten 50.9-75.9). IEEE dots (FMAs) want b row-major: 64x64x32 tiles
 ran 1.9x slower from b column-major (0.48 of aten). Such products run from copies in the
-layout their dots read fastest (``fp32_layouts``).
+layout their dots read fastest (``fp32_layouts``), copied by the launchers' tiled kernel
+(``kernel.tiled_padded_copy``).
 """
 
 from __future__ import annotations

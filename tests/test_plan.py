@@ -397,7 +397,7 @@ def test_a_plan_launches_the_compiled_kernel_with_this_calls_arguments(monkeypat
     assert hooks == [None, None, None]  # no launch metadata where no hook reads it
     x, y = launch[9:]
     assert x is a2 and y is b2 and out_arg is out and (alpha, beta) == (-1.0, 4.0)
-    assert bias_arg.data_ptr() == bias2.data_ptr() and bias_arg.stride() == (0, 1)
+    assert bias_arg is bias2  # the fast path's: the plan reads its address only
     assert out.shape == (40, 24) and out.dtype == a2.dtype
 
     # A launch hook (a profiler) sends the launch through Triton's own runner.
@@ -687,3 +687,45 @@ def test_a_pair_of_another_alignment_or_dtype_never_reuses_a_plan(change):
         assert_matches(f"{name}, first", one, 1.5 * x1 @ y1, 1.5 * x1.double() @ y1.double())
         assert_matches(f"{name}, second", two, 1.5 * x2 @ y2, 1.5 * x2.double() @ y2.double())
     assert len(kernel._compiled) == 2
+
+
+@pytest.mark.parametrize("launcher", ["mm", "addmm", "pair"])
+def test_fp32_plans_follow_the_tf32_switch(monkeypatch, restore_tf32, launcher):
+    """fp32 takes the fast path too, its key holding whether the dots are TF32: after each
+    flip of torch's switch, a repeated call (no specialization compiled) launches the kernel
+    of the switch's state, and computes its product."""
+    a, b, bias, g = rand(40, 32), rand(32, 24), rand(24), rand(40, 24)
+    a64, b64, bias64, g64 = (t.double() for t in (a, b, bias, g))
+    calls = {
+        "mm": lambda: [(launch_mm(a, b), a @ b, a64 @ b64)],
+        "addmm": lambda: [(launch_addmm(bias, a, b), torch.addmm(bias, a, b), bias64 + a64 @ b64)],
+        "pair": lambda: list(
+            zip(
+                launch_mm_pair(g, b.T, a.T, g),
+                (g @ b.T, a.T @ g),
+                (g64 @ b64.T, a64.T @ g64),
+                strict=True,
+            )
+        ),
+    }[launcher]
+    for tf32 in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        calls()
+    kernel_of = {id(plan): key[0] for key, plan in kernel._compiled.items()}
+    launched = []
+    real_call = LaunchPlan.__call__
+    monkeypatch.setattr(
+        LaunchPlan, "__call__", lambda plan, *args: launched.append(plan) or real_call(plan, *args)
+    )
+
+    def no_slow_path(*args, **kwargs):
+        raise AssertionError("a repeated call left the fast path")
+
+    monkeypatch.setattr(kernel, "_run", no_slow_path)
+    for tf32 in (True, False, True, False):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        for out, torchs, want in calls():
+            assert_matches(f"tf32 {tf32}", out, torchs, want)
+        precisions = {kernel_of[id(plan)].settings.dot_precision for plan in launched}
+        assert precisions == {"tf32" if tf32 else "ieee"}
+        launched.clear()
