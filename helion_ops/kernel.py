@@ -77,7 +77,7 @@ from helion_ops.narrow_tiles import (
     thin,
 )
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
-from helion_ops.staging import staged
+from helion_ops.staging import fp32_copies, relaid, staged
 from helion_ops.table import product_mnk
 
 logger = logging.getLogger(__name__)
@@ -276,7 +276,7 @@ pair_kernel_tf32 = _make_kernel(_matmul_pair, "tf32")
 # A product whose last wave of tiles would leave SMs idle (fp16 and bf16, where the wave model
 # predicts a gain: ``configs.last_wave_split``): that wave split over K in the same launch.
 last_wave_kernel = _make_kernel(_matmul_last_wave, "ieee")
-# fp32 operands relaid for their dots (``staging.fp32_layouts``): torch's copy moved 0.97 TB/s
+# fp32 operands relaid for their dots (``staging.fp32_copies``): torch's copy moved 0.97 TB/s
 # transposing 4096x4096 fp32 on an H100, this kernel 2.8 TB/s (call 354). One config for
 # every shape: a copy has no reduction to tune.
 padded_copy_kernel = helion.kernel(
@@ -365,6 +365,10 @@ _UNSEEN = object()
 _fast_split: dict[tuple[Any, ...], LaunchPlan] = {}
 # Products that split only under a CUDA graph capture whose split an eager call has compiled.
 _splits_compiled: set[tuple[Any, ...]] = set()
+# fp32 keys (of any launcher: their lengths differ) whose operands run from copies laid out as
+# their dots read fast (``staging.fp32_copies``, which the key decides): the dimension each
+# operand is copied along. The copies' own keys then take the fast path.
+_fast_relaid: dict[tuple[Any, ...], tuple[int | None, ...]] = {}
 # The dtypes the wave model and the rules for thin, narrow and streaming products cover.
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -379,6 +383,7 @@ def reset() -> None:
     _fast_eager.clear()
     _fast_split.clear()
     _splits_compiled.clear()
+    _fast_relaid.clear()
     native.reset()
     for kernel in KERNELS:
         kernel.reset()
@@ -553,7 +558,7 @@ def _kernel_for(
 def tf32_dots(dtype: torch.dtype) -> bool:
     """Whether products of ``dtype`` run TF32 dots: fp32 under torch's TF32 switch
     (``torch.backends.cuda.matmul.allow_tf32``), as torch.mm does. Their kernels and
-    operand layouts differ (``staging.fp32_layouts``), so the fast-path keys hold it."""
+    operand layouts differ (``staging.fp32_copies``), so the fast-path keys hold it."""
     return dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32
 
 
@@ -704,9 +709,16 @@ def launch_mm_pair(
         return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
     if plan is not _UNSEEN and _allocator_set.get():
         return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
-    # Unaligned operands copied once for both products (the backward's grad_out), where that
-    # pays (``staging.staged``); entries are made for aligned operands only.
-    aligned = staged([(a1, b1), (a2, b2)], tiled_padded_copy)
+    # Operands copied once for both products (the backward's grad_out): fp32 ones laid out as
+    # their dots read slowly (which this key then keeps: _fast_relaid), unaligned fp16/bf16
+    # ones where that pays (``staging.staged``); entries are made for the copies only.
+    dims = None
+    if a1.dtype is torch.float32:
+        dims = _fast_relaid.get(fast_key) or fp32_copies([(a1, b1), (a2, b2)])
+    if dims is not None:
+        _fast_relaid[fast_key] = dims
+        return launch_mm_pair(*relaid((a1, b1, a2, b2), dims, tiled_padded_copy), alpha)
+    aligned = staged([(a1, b1), (a2, b2)])
     if aligned is not None:
         return launch_mm_pair(*aligned[0], *aligned[1], alpha)
     operands = (a1, b1, a2, b2)
@@ -770,6 +782,9 @@ def launch_mm(
     split = _fast_split.get(fast_key)
     if split is not None and alpha != 0 and _allocator_set.get() and not deterministic_algorithms():
         return _split_k_result(split(a, b), None, alpha, 1.0, a)
+    dims = _fast_relaid.get(fast_key)
+    if dims is not None and alpha != 0:
+        return launch_mm(*relaid((a, b), dims, tiled_padded_copy), alpha)
     if check is not None:
         check(a, b)
     return launch_addmm(None, a, b, alpha, 0.0, fast_key)
@@ -814,6 +829,9 @@ def launch_addmm(
         split = _fast_split.get(fast_key)
         if split is not None and _allocator_set.get() and not deterministic_algorithms():
             return _split_k_result(split(a, b), bias, alpha, beta, a)
+        dims = _fast_relaid.get(fast_key)
+        if dims is not None:
+            return launch_addmm(bias, *relaid((a, b), dims, tiled_padded_copy), alpha, beta)
     if check is not None:
         check(bias, a, b, alpha, beta)
     bias, a, b = resolved(bias, a, b)
@@ -836,9 +854,17 @@ def launch_addmm(
         # autograd records it (torch's rule for a custom Function's views).
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1].clone()
 
-    # Unaligned operands of a product long enough to pay for copying them run from aligned
-    # copies; the copies' own key then takes the fast path (this one never gets an entry).
-    aligned = staged([(a, b)], tiled_padded_copy)
+    # fp32 operands laid out as their dots read slowly, and unaligned fp16/bf16 operands of a
+    # product long enough to pay for copying them, run from copies; the copies' own key then
+    # takes the fast path (an fp32 key keeps which operands to copy: _fast_relaid).
+    key = mm_key if bias is None else fast_key
+    dims = fp32_copies([(a, b)]) if a.dtype is torch.float32 else None
+    if dims is not None:
+        if key is not None:
+            _fast_relaid[key] = dims
+        aligned = [relaid((a, b), dims, tiled_padded_copy)]
+    else:
+        aligned = staged([(a, b)])
     if aligned is not None:
         if bias is None:
             return launch_mm(*aligned[0], alpha)
@@ -868,7 +894,6 @@ def launch_addmm(
         and split_k_kernel.settings.ref_mode is RefMode.OFF
         and splits_k(a, b)
     )
-    key = mm_key if bias is None else fast_key
     if split_k and not deterministic:
         # The fast path keeps the split's plan: the calls after this one launch it and
         # finish its sums with no more Python than that (``_fast_split``).

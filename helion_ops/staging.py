@@ -17,8 +17,8 @@ than others (H100, call 347). Hopper's TF32 tensor-core MMA reads both operands 
 along K only: 2048^3 ran in 57.8 us with b column-major, 195.8 with b row-major and 271.8
 with a column-major too (aten 50.9-75.9). IEEE dots (FMAs) want b row-major: 64x64x32 tiles
 ran 1.9x slower from b column-major (0.48 of aten). Such products run from copies in the
-layout their dots read fastest (``fp32_layouts``), copied by the launchers' tiled kernel
-(``kernel.tiled_padded_copy``).
+layout their dots read fastest (``fp32_copies``, ``relaid``), copied by the launchers' tiled
+kernel (``kernel.tiled_padded_copy``).
 """
 
 from __future__ import annotations
@@ -74,19 +74,14 @@ def aligned_copy(t: torch.Tensor) -> torch.Tensor:
 
 def staged(
     products: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy,
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """The products with their unaligned operands replaced by aligned copies, where the
-    wave model predicts each product staged, copies included, faster than unstaged; a tensor
-    that several products read is copied once. fp32 operands are first copied into the layout
-    their dots read fastest (``fp32_layouts``, by ``copy_rows``). None where nothing is to be
-    staged."""
-    fp32 = products[0][0].dtype == torch.float32
-    relaid = fp32_layouts(products, copy_rows) if fp32 else None
-    products = relaid or products
+    """The products with their unaligned operands replaced by aligned copies, where the wave
+    model predicts each product staged, copies included, faster than unstaged; a tensor that
+    several products read is copied once. None where nothing is to be staged. (The launchers
+    first copy fp32 operands for another reason: ``fp32_copies``.)"""
     stage = [p for p in products if worth_staging(*p)]
     if not stage:
-        return relaid
+        return None
     copies: dict[int, torch.Tensor] = {}
     for t in {id(t): t for p in stage for t in p}.values():
         if not tma_aligned(t):
@@ -109,30 +104,41 @@ def contiguous_along(t: torch.Tensor, dim: int) -> bool:
     return t.stride(dim) == 1 or t.shape[dim] <= 1 or t.numel() == 0
 
 
-def fp32_layouts(
+def fp32_copies(
     products: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy,
-) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """The fp32 products with each operand their dots read slowly replaced by a copy
-    contiguous along the dimension they read fast, where the product reads it at least
-    ``LAYOUT_REUSE`` times over: with TF32 (``allow_tf32``) both operands contiguous along K
-    (a row-major, b column-major); with IEEE dots b row-major. A tensor that several products
-    read the same way is copied once (by ``copy_rows``, as ``contiguous_copy``'s). None where
-    nothing is copied."""
+) -> tuple[int | None, ...] | None:
+    """For each operand of the fp32 products, in order (a1, b1, a2, b2, ...), the dimension
+    along which it is copied contiguous, as their dots read it fast (None: read as it is):
+    where the product reads it at least ``LAYOUT_REUSE`` times over and it is not already so,
+    with TF32 (``allow_tf32``) both operands along K (a row-major, b column-major), with IEEE
+    dots b row-major. None where nothing is copied. It depends only on the TF32 switch and
+    the operands' sizes and strides (``relaid`` makes the copies)."""
     fast_dims = (1, 0) if torch.backends.cuda.matmul.allow_tf32 else (None, 1)
+    dims = []
+    for a, b in products:
+        for t, dim, reuse in zip((a, b), fast_dims, (b.shape[1], a.shape[0]), strict=True):
+            slow = dim is not None and reuse >= LAYOUT_REUSE and not contiguous_along(t, dim)
+            dims.append(dim if slow else None)
+    return tuple(dims) if any(d is not None for d in dims) else None
+
+
+def relaid(
+    operands: Sequence[torch.Tensor],
+    dims: Sequence[int | None],
+    copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy,
+) -> list[torch.Tensor]:
+    """``operands``, each with a dimension in ``dims`` replaced by its ``contiguous_copy``
+    along it (by ``copy_rows``); a tensor given twice along one dimension is copied once."""
     copies: dict[tuple[int, int], torch.Tensor] = {}
     out = []
-    for a, b in products:
-        pair = []
-        for t, dim, reuse in zip((a, b), fast_dims, (b.shape[1], a.shape[0]), strict=True):
-            if dim is not None and reuse >= LAYOUT_REUSE and not contiguous_along(t, dim):
-                key = (id(t), dim)
-                if key not in copies:
-                    copies[key] = contiguous_copy(t, dim, copy_rows)
-                t = copies[key]
-            pair.append(t)
-        out.append(tuple(pair))
-    return out if copies else None
+    for t, dim in zip(operands, dims, strict=True):
+        if dim is not None:
+            key = (id(t), dim)
+            if key not in copies:
+                copies[key] = contiguous_copy(t, dim, copy_rows)
+            t = copies[key]
+        out.append(t)
+    return out
 
 
 def contiguous_copy(

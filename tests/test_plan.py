@@ -729,3 +729,55 @@ def test_fp32_plans_follow_the_tf32_switch(monkeypatch, restore_tf32, launcher):
         precisions = {kernel_of[id(plan)].settings.dot_precision for plan in launched}
         assert precisions == {"tf32" if tf32 else "ieee"}
         launched.clear()
+
+
+@pytest.mark.parametrize("launcher", ["mm", "addmm", "pair"])
+def test_fp32_keys_keep_which_operands_they_copy(monkeypatch, restore_tf32, launcher):
+    """A key whose fp32 operands are copied for their dots keeps which (``_fast_relaid``):
+    repeated calls copy the same operands and decide nothing again; after a flip of the TF32
+    switch the key is another, decided anew."""
+    from helion_ops import staging
+
+    monkeypatch.setattr(staging, "LAYOUT_REUSE", 1)
+    copied, real_copy = [], staging.contiguous_copy
+    monkeypatch.setattr(
+        staging,
+        "contiguous_copy",
+        lambda t, dim, copy_rows: (
+            copied.append((tuple(t.shape), dim)) or real_copy(t, dim, copy_rows)
+        ),
+    )
+    a, b, bias, g = rand(40, 32), rand(32, 24), rand(24), rand(40, 24)
+    a64, b64, bias64, g64 = (t.double() for t in (a, b, bias, g))
+    calls = {
+        "mm": lambda: [(launch_mm(a, b), a @ b, a64 @ b64)],
+        "addmm": lambda: [(launch_addmm(bias, a, b), torch.addmm(bias, a, b), bias64 + a64 @ b64)],
+        "pair": lambda: list(
+            zip(
+                launch_mm_pair(g, b.T, a.T, g),
+                (g @ b.T, a.T @ g),
+                (g64 @ b64.T, a64.T @ g64),
+                strict=True,
+            )
+        ),
+    }[launcher]
+    torch.backends.cuda.matmul.allow_tf32 = True
+    calls()
+    first, real_decision = list(copied), kernel.fp32_copies
+    assert first  # TF32 reads b (the pair: a.T and grad_out) from copies
+
+    def no_decision(products):
+        raise AssertionError("a repeated call decided its copies again")
+
+    monkeypatch.setattr(kernel, "fp32_copies", no_decision)
+    for _ in range(2):
+        copied.clear()
+        for out, torchs, want in calls():
+            assert_matches("repeated", out, torchs, want)
+        assert copied == first
+    monkeypatch.setattr(kernel, "fp32_copies", real_decision)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    copied.clear()
+    for out, torchs, want in calls():
+        assert_matches("IEEE", out, torchs, want)
+    assert copied == ([((24, 32), 1)] if launcher == "pair" else [])  # b.T made row-major

@@ -249,6 +249,16 @@ def _fast_dims(tf32: bool) -> tuple:
     return (1, 0) if tf32 else (None, 1)
 
 
+def _layouts(products):
+    """The products as the launchers run them: each fp32 operand that their dots read slowly
+    replaced by its copy (``fp32_copies``, ``relaid``); None where none is copied."""
+    dims = staging.fp32_copies(products)
+    if dims is None:
+        return None
+    flat = staging.relaid([t for p in products for t in p], dims)
+    return list(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _read_fast(products, tf32: bool) -> bool:
     """Whether every operand is laid out as the products' dots read it fastest."""
     return all(
@@ -259,14 +269,14 @@ def _read_fast(products, tf32: bool) -> bool:
 
 
 @pytest.mark.parametrize("layout", ["rr", "rc", "cr", "cc"])
-def test_fp32_products_run_from_the_layouts_their_dots_read_fast(tf32, layout):
+def test_fp32_products_run_from_the_layouts_their_dots_read_fast(tf32, layout, monkeypatch):
     """TF32: a row-major and b column-major as they are, any other operand copied; IEEE: b
     row-major. fp16 keeps every layout."""
     m, n, k = 300, 260, 70
     a = torch.randn(m, k) if layout[0] == "r" else torch.randn(k, m).T
     b = torch.randn(k, n) if layout[1] == "r" else torch.randn(n, k).T
     assert _read_fast([(a, b)], tf32) == (layout in (("rc",) if tf32 else ("rr", "cr")))
-    out = staging.staged([(a, b)])
+    out = _layouts([(a, b)])
     if _read_fast([(a, b)], tf32):
         assert out is None
     else:
@@ -274,7 +284,13 @@ def test_fp32_products_run_from_the_layouts_their_dots_read_fast(tf32, layout):
         assert _read_fast(out, tf32) and torch.equal(x, a) and torch.equal(y, b)
         assert (x is a) == (not tf32 or layout[0] == "r")
         assert (y is b) == (layout[1] == ("c" if tf32 else "r"))
-    assert staging.staged([(a.half(), b.half())]) is None
+
+    def no_copy(*args):
+        raise AssertionError("an fp16 operand was copied for its layout")
+
+    monkeypatch.setattr(staging, "contiguous_copy", no_copy)
+    a16, b16 = a.half().to(DEVICE), b.half().to(DEVICE)
+    assert_matches("fp16", kernel.launch_mm(a16, b16), a16 @ b16, a16.double() @ b16.double())
 
 
 def test_contiguous_along():
@@ -301,9 +317,9 @@ def test_fp32_operands_read_a_few_times_stay(tf32):
     product of 255 rows; with TF32, a of one of 255 columns) is read as it is."""
     reuse = staging.LAYOUT_REUSE
     a, b = torch.randn(64, reuse - 1).T, torch.randn(reuse, 64).T  # both column-major
-    out = staging.staged([(a, b)])  # 255 rows, 256 columns
+    out = _layouts([(a, b)])  # 255 rows, 256 columns
     assert out is None if not tf32 else (out[0][0] is not a and out[0][1] is b)
-    assert staging.staged([(a, b[:, : reuse - 1])]) is None
+    assert _layouts([(a, b[:, : reuse - 1])]) is None
 
 
 def test_fp32_backward_copies_each_tensor_once_per_layout(tf32):
@@ -312,7 +328,7 @@ def test_fp32_backward_copies_each_tensor_once_per_layout(tf32):
     and grad_out row-major (copied for TF32, once)."""
     at, bt, g = torch.randn(300, 280).T, torch.randn(280, 270).T, torch.randn(300, 270)
     products = [(g, bt), (at, g), (at, g)]
-    out = staging.staged(products)
+    out = _layouts(products)
     assert _read_fast(out, tf32)
     assert all(
         torch.equal(x, x0) and torch.equal(y, y0)
