@@ -369,6 +369,8 @@ _splits_compiled: set[tuple[Any, ...]] = set()
 # their dots read fast (``staging.fp32_copies``, which the key decides): the dimension each
 # operand is copied along. The copies' own keys then take the fast path.
 _fast_relaid: dict[tuple[Any, ...], tuple[int | None, ...]] = {}
+# The copies' plans, by the copied view's sizes, strides, dtype, device and 16-byte alignment.
+_fast_copy: dict[tuple[Any, ...], LaunchPlan] = {}
 # The dtypes the wave model and the rules for thin, narrow and streaming products cover.
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -384,6 +386,7 @@ def reset() -> None:
     _fast_split.clear()
     _splits_compiled.clear()
     _fast_relaid.clear()
+    _fast_copy.clear()
     native.reset()
     for kernel in KERNELS:
         kernel.reset()
@@ -930,8 +933,13 @@ def launch_addmm(
 
 
 def tiled_padded_copy(view: torch.Tensor) -> torch.Tensor:
-    """``staging.padded_copy`` by ``padded_copy_kernel``, through its launch plan."""
-    return _run(padded_copy_kernel, (view,))
+    """``staging.padded_copy`` by ``padded_copy_kernel``, through its launch plan (from the
+    second call of a key, ``_fast_copy``'s)."""
+    key = (view.shape, view.stride(), view.dtype, view.device, view.data_ptr() % 16)
+    plan = _fast_copy.get(key)
+    if plan is not None and _allocator_set.get():
+        return plan(view)
+    return _run(padded_copy_kernel, (view,), fast=(_fast_copy, key))
 
 
 def resolved(*tensors: Any) -> tuple[Any, ...]:

@@ -237,6 +237,16 @@ def test_tiled_padded_copy_matches_torchs(dtype, make_view):
         assert torch.equal(copy[:, :290], view) and copy.data_ptr() != view.data_ptr()
 
 
+def test_tiled_padded_copies_of_other_strides_or_offsets_never_share_a_plan():
+    """Views of one shape, in turn and again: column-major, its columns spaced further, then
+    at an offset off 16 bytes; each copy holds its own view's values."""
+    base = torch.randn(300, 80, device=DEVICE)
+    views = [torch.randn(290, 70, device=DEVICE).T, base[:290, :70].T, base[3:293, 5:75].T]
+    assert views[2].data_ptr() % 16 != 0
+    for view in views * 2:
+        assert torch.equal(kernel.tiled_padded_copy(view)[:, :290], view)
+
+
 @pytest.fixture(params=[False, True], ids=["ieee", "tf32"])
 def tf32(request, restore_tf32):
     """torch's TF32 switch set for the test (both ways), restored after."""
