@@ -689,14 +689,12 @@ def test_a_pair_of_another_alignment_or_dtype_never_reuses_a_plan(change):
     assert len(kernel._compiled) == 2
 
 
-@pytest.mark.parametrize("launcher", ["mm", "addmm", "pair"])
-def test_fp32_plans_follow_the_tf32_switch(monkeypatch, restore_tf32, launcher):
-    """fp32 takes the fast path too, its key holding whether the dots are TF32: after each
-    flip of torch's switch, a repeated call (no specialization compiled) launches the kernel
-    of the switch's state, and computes its product."""
+def fp32_calls(launcher: str):
+    """A call of ``launcher`` (mm, addmm, or the backward's pair) on fixed fp32 operands of
+    row-major layouts, which gives each product as ours, torch's and float64's."""
     a, b, bias, g = rand(40, 32), rand(32, 24), rand(24), rand(40, 24)
     a64, b64, bias64, g64 = (t.double() for t in (a, b, bias, g))
-    calls = {
+    return {
         "mm": lambda: [(launch_mm(a, b), a @ b, a64 @ b64)],
         "addmm": lambda: [(launch_addmm(bias, a, b), torch.addmm(bias, a, b), bias64 + a64 @ b64)],
         "pair": lambda: list(
@@ -708,6 +706,14 @@ def test_fp32_plans_follow_the_tf32_switch(monkeypatch, restore_tf32, launcher):
             )
         ),
     }[launcher]
+
+
+@pytest.mark.parametrize("launcher", ["mm", "addmm", "pair"])
+def test_fp32_plans_follow_the_tf32_switch(monkeypatch, restore_tf32, launcher):
+    """fp32 takes the fast path too, its key holding whether the dots are TF32: after each
+    flip of torch's switch, a repeated call (no specialization compiled) launches the kernel
+    of the switch's state, and computes its product."""
+    calls = fp32_calls(launcher)
     for tf32 in (False, True):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         calls()
@@ -747,20 +753,7 @@ def test_fp32_keys_keep_which_operands_they_copy(monkeypatch, restore_tf32, laun
             copied.append((tuple(t.shape), dim)) or real_copy(t, dim, copy_rows)
         ),
     )
-    a, b, bias, g = rand(40, 32), rand(32, 24), rand(24), rand(40, 24)
-    a64, b64, bias64, g64 = (t.double() for t in (a, b, bias, g))
-    calls = {
-        "mm": lambda: [(launch_mm(a, b), a @ b, a64 @ b64)],
-        "addmm": lambda: [(launch_addmm(bias, a, b), torch.addmm(bias, a, b), bias64 + a64 @ b64)],
-        "pair": lambda: list(
-            zip(
-                launch_mm_pair(g, b.T, a.T, g),
-                (g @ b.T, a.T @ g),
-                (g64 @ b64.T, a64.T @ g64),
-                strict=True,
-            )
-        ),
-    }[launcher]
+    calls = fp32_calls(launcher)
     torch.backends.cuda.matmul.allow_tf32 = True
     calls()
     first, real_decision = list(copied), kernel.fp32_copies
