@@ -1,4 +1,5 @@
-"""The Helion matmul kernel, its split-K variant, and the launchers that reuse them.
+"""The Helion matmul kernel, its split-K variant, and the launchers that reuse them (with the
+tiled copy that lays fp32 operands out as their dots read fast: ``tiled_padded_copy``).
 
 ``matmul_kernel`` multiplies ``x[m, k] @ y[k, n]`` with an fp32 accumulator and hands every
 output tile to an ``epilogue(acc, (tile_m, tile_n))`` before the store. addmm's
@@ -302,7 +303,10 @@ WIDE = {
     )
 }
 WIDE[padded_copy_kernel] = helion.kernel(
-    _padded_copy, config=padded_copy_kernel.configs[0], index_dtype=torch.int64
+    _padded_copy,
+    static_shapes=True,
+    config=padded_copy_kernel.configs[0],
+    index_dtype=torch.int64,
 )
 KERNELS = (*WIDE, *WIDE.values())
 # Kernels whose host function zeroes its output (the split-K kernel adds into it): a launch

@@ -237,6 +237,16 @@ def test_tiled_padded_copy_matches_torchs(dtype, make_view):
         assert torch.equal(copy[:, :290], view) and copy.data_ptr() != view.data_ptr()
 
 
+def test_the_tiled_copys_64_bit_twin_copies_as_it_does():
+    """The twin a copy past 2**31 elements runs on (``kernel._compile_and_run``): 64-bit
+    offsets, shapes specialized as the kernel's, the same copy."""
+    wide = kernel.WIDE[kernel.padded_copy_kernel]
+    assert wide.settings.index_dtype == torch.int64
+    assert wide.settings.static_shapes == kernel.padded_copy_kernel.settings.static_shapes
+    view = torch.randn(290, 70, device=DEVICE).T
+    assert torch.equal(kernel._run(wide, (view,))[:, :290], view)
+
+
 def test_tiled_padded_copies_of_other_strides_or_offsets_never_share_a_plan():
     """Views of one shape, in turn and again: column-major, its columns spaced further, then
     at an offset off 16 bytes; each copy holds its own view's values."""
