@@ -69,7 +69,6 @@ from helion_ops.configs import (
 )
 from helion_ops.loads import k_masks_vectorize
 from helion_ops.long_k import few_tiles_long_k, long_k_batch, one_wave_stream
-from helion_ops.model import LINE_BYTES
 from helion_ops.narrow_tiles import (
     WAVE_PROGRAMS,
     few_columns_long_k,
@@ -78,7 +77,7 @@ from helion_ops.narrow_tiles import (
     thin,
 )
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
-from helion_ops.staging import fp32_copies, relaid, staged
+from helion_ops.staging import fp32_copies, lined_columns, relaid, staged
 from helion_ops.table import product_mnk
 
 logger = logging.getLogger(__name__)
@@ -233,9 +232,8 @@ def _padded_copy(src: torch.Tensor) -> torch.Tensor:
     """``staging.padded_copy`` in tiles: each read along ``src``'s fast dimension and written
     along the copy's rows (Triton stages a transposed tile through shared memory)."""
     rows, cols = src.size()
-    per_line = LINE_BYTES // src.element_size()
     out = torch.empty(
-        [rows, (cols + per_line - 1) // per_line * per_line], dtype=src.dtype, device=src.device
+        [rows, lined_columns(cols, src.element_size())], dtype=src.dtype, device=src.device
     )
     for tile_r, tile_c in hl.tile([rows, cols]):
         out[tile_r, tile_c] = src[tile_r, tile_c]

@@ -55,13 +55,18 @@ UNSTAGED_GAIN = 1.2
 _decisions: dict[tuple, bool] = {}
 
 
+def lined_columns(columns: int, element_size: int) -> int:
+    """``columns`` elements of ``element_size`` bytes padded to whole 128-byte lines."""
+    per_line = LINE_BYTES // element_size
+    return -(-columns // per_line) * per_line
+
+
 def padded_copy(view: torch.Tensor) -> torch.Tensor:
     """``view``'s values in a new row-major buffer, its rows padded to whole 128-byte lines
-    (the padding left unwritten), by torch's copy: 0.97 TB/s transposing fp32 on an H100
-    (4096x4096 in 139 us, call 354)."""
+    (``lined_columns``; the padding left unwritten), by torch's copy: 0.97 TB/s transposing
+    fp32 on an H100 (4096x4096 in 139 us, call 354)."""
     rows, cols = view.shape
-    per_line = LINE_BYTES // view.element_size()
-    buffer = view.new_empty((rows, -(-cols // per_line) * per_line))
+    buffer = view.new_empty((rows, lined_columns(cols, view.element_size())))
     buffer[:, :cols].copy_(view)
     return buffer
 
