@@ -717,12 +717,9 @@ def launch_mm_pair(
     # Operands copied once for both products (the backward's grad_out): fp32 ones laid out as
     # their dots read slowly (which this key then keeps: _fast_relaid), unaligned fp16/bf16
     # ones where that pays (``staging.staged``); entries are made for the copies only.
-    dims = None
-    if a1.dtype is torch.float32:
-        dims = _fast_relaid.get(fast_key) or fp32_copies([(a1, b1), (a2, b2)])
-    if dims is not None:
-        _fast_relaid[fast_key] = dims
-        return launch_mm_pair(*relaid((a1, b1, a2, b2), dims, tiled_padded_copy), alpha)
+    copies = _fp32_relaid(fast_key, a1, b1, a2, b2)
+    if copies is not None:
+        return launch_mm_pair(*copies, alpha)
     aligned = staged([(a1, b1), (a2, b2)])
     if aligned is not None:
         return launch_mm_pair(*aligned[0], *aligned[1], alpha)
@@ -863,13 +860,8 @@ def launch_addmm(
     # product long enough to pay for copying them, run from copies; the copies' own key then
     # takes the fast path (an fp32 key keeps which operands to copy: _fast_relaid).
     key = mm_key if bias is None else fast_key
-    dims = fp32_copies([(a, b)]) if a.dtype is torch.float32 else None
-    if dims is not None:
-        if key is not None:
-            _fast_relaid[key] = dims
-        aligned = [relaid((a, b), dims, tiled_padded_copy)]
-    else:
-        aligned = staged([(a, b)])
+    copies = _fp32_relaid(key, a, b)
+    aligned = [tuple(copies)] if copies is not None else staged([(a, b)])
     if aligned is not None:
         if bias is None:
             return launch_mm(*aligned[0], alpha)
@@ -932,6 +924,22 @@ def launch_addmm(
         return _run(kernel, (a, b, scaled(alpha)), fast=fast)
     bias_mn = bias.expand(m, n)
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
+
+
+def _fp32_relaid(key: tuple[Any, ...] | None, *operands: torch.Tensor) -> list | None:
+    """fp32 ``operands`` (a product's a, b, or a pair's four) with those their dots read
+    slowly copied as they read fast (``staging.fp32_copies``, ``staging.relaid``), the
+    decision kept for the launcher's ``key`` (``_fast_relaid``); None where none is copied."""
+    if operands[0].dtype is not torch.float32:
+        return None
+    dims = _fast_relaid.get(key)
+    if dims is None:
+        dims = fp32_copies(list(zip(operands[::2], operands[1::2], strict=True)))
+        if dims is None:
+            return None
+        if key is not None:
+            _fast_relaid[key] = dims
+    return relaid(operands, dims, tiled_padded_copy)
 
 
 def tiled_padded_copy(view: torch.Tensor) -> torch.Tensor:
