@@ -250,9 +250,7 @@ def matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
         # the Python path runs and then teaches it).
         out = fast.matmul(mat1, mat2)
         if out is None:
-            out = _python_matmul(mat1, mat2)
-            native.learn_matmul(mat1, mat2)
-            return out
+            return native.learned_matmul(mat1, mat2, _python_matmul)
         if out is not False:
             return out
     return _python_matmul(mat1, mat2)
@@ -302,9 +300,7 @@ def addmm(
     elif plans.no_launch_hooks():
         out = fast.addmm(bias, mat1, mat2, alpha, beta)  # as in matmul
         if out is None:
-            out = _python_addmm(bias, mat1, mat2, alpha, beta)
-            native.learn_addmm(bias, mat1, mat2, alpha, beta)
-            return out
+            return native.learned_addmm(bias, mat1, mat2, alpha, beta, _python_addmm)
         if out is not False:
             return out
     return _python_addmm(bias, mat1, mat2, alpha, beta)

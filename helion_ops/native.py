@@ -13,15 +13,19 @@ the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
   call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build warns once and
   leaves it off.
 - After the Python path has run a new key (operands' sizes, strides, dtype, device and
-  16-byte alignment), ``learn_matmul``/``learn_addmm`` hand the extension that key's forward
-  plan (a matmul's split-K plan, whose sums the extension casts), or nothing where the key
-  is not one such launch (a last-wave split, addmm's split-K, a copy of unaligned operands,
-  fp32), which keeps it on the Python path.
+  16-byte alignment; for fp32, torch's TF32 switch), ``learned_matmul``/``learned_addmm``
+  hand the extension that key's forward: for fp16 and bf16 its plan (a matmul's split-K
+  plan, whose sums the extension casts), or nothing where the key is not one such launch (a
+  last-wave split, addmm's split-K, a copy of unaligned operands), which keeps it on the
+  Python path; for fp32 the launches the call made, as a backward's are recorded (the copies
+  that lay out its operands for their dots, then the product on them), learned from a call
+  that compiled nothing.
 - The first backward of each layout of grad_out runs the Python backward (``backward``) with
   its launches recorded; where each gradient is the output of a recorded plan whose operands
-  are grad_out and the saved operands (for a split-K product, the cast of its fp32 sums),
-  those launches become the key's recipe, which later backwards replay (one with split-K
-  not under torch's determinism switch, as the Python path).
+  are grad_out, the saved operands or an earlier launch's outputs (fp32's copies; for a
+  split-K product, the cast of its fp32 sums), those launches become the key's recipe, which
+  later backwards replay (one with split-K not under torch's determinism switch, as the
+  Python path).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import triton
 from helion_ops import plans
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 module: Any = None  # the loaded extension, once built
 started = False
@@ -148,28 +152,72 @@ def reset() -> None:
         module.reset()
 
 
-def learn_matmul(mat1: torch.Tensor, mat2: torch.Tensor) -> None:
-    """Teach the extension the key of operands the Python path has just multiplied."""
+def learned_matmul(
+    mat1: torch.Tensor, mat2: torch.Tensor, run: Callable[..., torch.Tensor]
+) -> torch.Tensor:
+    """``run(mat1, mat2)``, the Python path's product for a key new to the extension, which
+    then learns the key."""
     from helion_ops import kernel
 
+    if mat1.dtype is torch.float32:
+        out, launches = _recorded(run, mat1, mat2)
+        if launches is not None:
+            module.learn_matmul(mat1, mat2, _recipe(launches, (mat1, mat2, None), (out, None)))
+        return out
+    out = run(mat1, mat2)
     plan, epilogues = kernel.fast_mm_plan(mat1, mat2), (kernel.scaled(1.0),)
     if plan is None:  # a split-K product: the extension casts its fp32 sums
         plan, epilogues = kernel.fast_split_plan(mat1, mat2), ()
-    launch = plan and launch_of(plan, (0, 1), epilogues)
-    module.learn_matmul(mat1, mat2, launch)
+    module.learn_matmul(mat1, mat2, _forward(plan and launch_of(plan, (0, 1), epilogues)))
+    return out
 
 
-def learn_addmm(
-    bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, alpha: float, beta: float
-) -> None:
-    """``learn_matmul`` for addmm. The extension takes alpha and beta per call; its key holds
-    which of them are 1, as their kernels differ (``kernel.scaled_plus_bias``)."""
+def learned_addmm(
+    bias: torch.Tensor,
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    alpha: float,
+    beta: float,
+    run: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    """``learned_matmul`` for addmm (``run(bias, mat1, mat2, alpha, beta)``). The extension
+    takes alpha and beta per call; its key holds which of them are 1, as their kernels differ
+    (``kernel.scaled_plus_bias``)."""
     from helion_ops import kernel
 
+    if mat1.dtype is torch.float32:
+        out, launches = _recorded(run, bias, mat1, mat2, alpha, beta)
+        if launches is not None:
+            forward = _recipe(launches, (mat1, mat2, bias), (out, None))
+            module.learn_addmm(bias, mat1, mat2, alpha, beta, forward)
+        return out
+    out = run(bias, mat1, mat2, alpha, beta)
     plan = kernel.fast_addmm_plan(bias, mat1, mat2, alpha, beta)
     epilogue = kernel.scaled_plus_bias(alpha, beta, bias)
     launch = plan and launch_of(plan, (0, 1), (epilogue,))
-    module.learn_addmm(bias, mat1, mat2, alpha, beta, launch)
+    module.learn_addmm(bias, mat1, mat2, alpha, beta, _forward(launch))
+    return out
+
+
+def _forward(launch: Any) -> Any:
+    """A forward of one launch, whose first output is the product, as the extension's
+    ``Recipe``; None for None."""
+    return launch and module.Recipe([launch], [(0, 0, False), (-1, 0, False)])
+
+
+def _recorded(run: Callable[..., Any], *args: Any) -> tuple[Any, list | None]:
+    """``run(*args)`` and the launches it made (``plans.recorded``); None for them where it
+    compiled a kernel (whose first launch is not a plan's: the next call records again) or
+    ran under torch's determinism switch (split-K products then sum their pieces outside a
+    kernel, which the extension cannot replay)."""
+    from helion_ops import kernel
+
+    if kernel.deterministic_algorithms():
+        return run(*args), None
+    compiled = len(kernel._compiled)
+    with plans.recorded() as launches:
+        result = run(*args)
+    return result, (launches if len(kernel._compiled) == compiled else None)
 
 
 # The values an epilogue captures (``kernel.scaled``, ``kernel.scaled_plus_bias``), by name:
@@ -314,21 +362,17 @@ def backward(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, Any]:
     """The gradients of mat1 and mat2 (those needed) through the Python backward, and, where
     ``record``, the recipe that replays its launches: None where they cannot be replayed,
-    False where this backward compiled a kernel (whose first launch is not a plan's: the
-    next backward records again)."""
-    from helion_ops import autograd, kernel, ops
+    False where the next backward records again (this one compiled a kernel or ran under
+    torch's determinism switch: ``_recorded``)."""
+    from helion_ops import autograd, ops
 
     mm, mm_pair = autograd._backward_products()
     needs, columns = (need1, need2), (column1, column2)
-    # Under torch's determinism switch split-K products sum their pieces outside a kernel,
-    # which a recipe cannot replay: the next backward without the switch records.
-    if not record or kernel.deterministic_algorithms():
-        grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
-        return (*grads, False if record else None)
-    compiled = len(kernel._compiled)
-    with plans.recorded() as launches:
-        grads = ops._operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
-    if len(kernel._compiled) != compiled:
+    args = (mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
+    if not record:
+        return (*ops._operand_grads(*args), None)
+    grads, launches = _recorded(ops._operand_grads, *args)
+    if launches is None:
         return (*grads, False)
     return (*grads, _recipe(launches, (grad_out, mat1, mat2), grads))
 
@@ -339,24 +383,32 @@ def _recipe(
     grads: tuple[torch.Tensor | None, ...],
 ) -> Any:
     """The recorded launches as the extension's ``Recipe``, or None where they are not all
-    plans on views of ``tensors`` (distinct memory each) whose outputs are the ``grads``."""
+    plans on views of ``tensors`` (the call's three, distinct memory each) or of earlier
+    launches' outputs whose outputs are the ``grads`` (a backward's two, or a forward's
+    product and None)."""
     addresses = [t.data_ptr() if t is not None else None for t in tensors]
     present = [a for a in addresses if a is not None]
     if len(set(present)) != len(present):
         return None
-    made, outputs = [], {}
+    # Where each readable tensor is in the extension's list: the call's, then each launch's
+    # outputs in order. (The recording holds every output: none is freed and its memory
+    # reused while it is made.)
+    index = {address: i for i, address in enumerate(addresses) if address is not None}
+    made, outputs, readable = [], {}, len(tensors)
     for plan, args, outs in launches:
         operands = []
         for t in args[: plan.operands]:
-            if t.data_ptr() not in present:
-                return None  # a copy (staged operands) or another tensor
-            operands.append(addresses.index(t.data_ptr()))
+            if t.data_ptr() not in index:
+                return None  # a copy by torch (staged fp16/bf16 operands) or another tensor
+            operands.append(index[t.data_ptr()])
         epilogues = tuple(args[i] for i in plan.epilogues)
         launch = launch_of(plan, tuple(operands), epilogues)
         if launch is None:
             return None
         for j, out in enumerate(outs):
             outputs[out.data_ptr()] = (len(made), j, out)
+            index[out.data_ptr()] = readable + j
+        readable += len(outs)
         made.append(launch)
     specs = []
     for grad in grads:
@@ -366,11 +418,11 @@ def _recipe(
         found = outputs.get(grad.data_ptr())
         if found is None:
             return None
-        index, j, out = found
+        launch, j, out = found
         if grad.shape == out.shape and grad.stride() == out.stride():
-            specs.append((index, j, False))
+            specs.append((launch, j, False))
         elif grad.shape == out.T.shape and grad.stride() == out.T.stride():
-            specs.append((index, j, True))
+            specs.append((launch, j, True))
         else:
             return None
     return module.Recipe(made, specs)

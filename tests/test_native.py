@@ -241,6 +241,41 @@ def test_recipe_maps_operands_and_gradients(fake_extension):
     assert native._recipe([(pair, args, [out1, out2])], (grad_out, mat1, mat2), (other,)) is None
 
 
+def test_recipe_reads_earlier_launches_outputs(fake_extension):
+    """fp32's copies: a launch whose operand is (a view of) an earlier launch's output reads
+    it after the call's three tensors, at its place among the outputs made; a forward's
+    recipe gives its product and no second result."""
+    mat1, mat2 = torch.randn(6, 4), torch.randn(4, 5)
+    signature = {"x": "*fp32", "out": "*fp32", "BLOCK": "constexpr", "n": "i32"}
+    copy = fake_plan(1, (0, 1, 2, 3), signature)
+    copy.epilogues = ()
+    # Each copy into rows padded to 8: mat1 row-major, mat2 column-major (mat2.T's rows).
+    lined1, lined2 = torch.empty(6, 8), torch.empty(5, 8)
+    product, out = fake_plan(), torch.empty(6, 5)
+    launches = [
+        (copy, (mat1,), [lined1]),
+        (copy, (mat2.T,), [lined2]),
+        (product, (lined1[:, :4], lined2[:, :4].T, scaled(1.0)), [out]),
+    ]
+    recipe = native._recipe(launches, (mat1, mat2, None), (out, None))
+    assert [launch[6][0] for launch in recipe[1]] == [
+        (native._TENSOR, 0, 0), (native._TENSOR, 0, 1), (native._TENSOR, 0, 3),
+    ]  # fmt: skip
+    assert recipe[1][2][6][1] == (native._TENSOR, 0, 4)
+    assert recipe[2] == [(2, 0, False), (-1, 0, False)]
+    # An operand at an offset into an output (not its address), or a copy no launch made: none.
+    offset = (lined1[1:, :4], *launches[2][1][1:])
+    assert (
+        native._recipe([*launches[:2], (product, offset, [out])], (mat1, mat2, None), (out,))
+        is None
+    )
+    by_torch = (lined1[:, :4].clone(), *launches[2][1][1:])
+    assert (
+        native._recipe([*launches[:2], (product, by_torch, [out])], (mat1, mat2, None), (out,))
+        is None
+    )
+
+
 def test_a_split_k_product_is_recorded_as_its_cast(fake_extension):
     """mat1.T @ grad_out through the split-K kernel: its launch's fp32 sums are replaced by
     their cast, the gradient, which the recipe then finds (the extension casts likewise)."""
@@ -267,7 +302,7 @@ def test_a_split_k_forward_is_learned_as_its_launch(fake_extension, monkeypatch)
     """A matmul key that the Python path splits over K (a thin product, K off 16 bytes)
     hands the extension the split-K kernel's launch, flagged to cast its fp32 sums; a key
     with neither plan, none."""
-    a, b = torch.randn(3, 64), torch.randn(64, 5)
+    a, b = (torch.randn(s, dtype=torch.bfloat16) for s in [(3, 64), (64, 5)])
     signature = {"x": "*bf16", "y": "*bf16", "out": "*fp32", "BLOCK": "constexpr", "n": "i32"}
     split = fake_plan(2, (0, 1, 2, 3, 4), signature)
     split.epilogues, split.like_first, split.zeroed = (), False, True
@@ -275,10 +310,13 @@ def test_a_split_k_forward_is_learned_as_its_launch(fake_extension, monkeypatch)
     monkeypatch.setattr(FakeModule, "learn_matmul", lambda *args: learned.append(args), False)
     monkeypatch.setattr(kernel, "fast_mm_plan", lambda a, b: None)
     monkeypatch.setattr(kernel, "fast_split_plan", lambda a, b: split)
-    native.learn_matmul(a, b)
+    product = torch.randn(3, 5)
+    assert native.learned_matmul(a, b, lambda *operands: product) is product
     monkeypatch.setattr(kernel, "fast_split_plan", lambda a, b: None)
-    native.learn_matmul(a, b)
-    (_, _, launch), (_, _, none) = learned
+    native.learned_matmul(a, b, lambda *operands: product)
+    (_, _, forward), (_, _, none) = learned
+    (launch,), results = forward[1:]
+    assert results == [(0, 0, False), (-1, 0, False)]
     assert launch[0] == "Launch" and launch[-1] is True  # the extension casts the sums
     assert [p[0] for p in launch[6]] == [native._TENSOR, native._TENSOR, native._OUTPUT, 3]
     assert none is None
@@ -320,6 +358,52 @@ def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
     assert len(calls) == 1, "the third backward did not replay the second's launches"
     with torch.no_grad():
         assert_matches("no grad", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
+
+
+@needs_cuda
+@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
+@pytest.mark.parametrize("columns", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("op", ["matmul", "addmm"])
+def test_fp32_replays_its_copies(extension, restore_tf32, tf32, columns, op):
+    """fp32 keys replay in C++ too, with the copies that lay their operands out for their
+    dots (``staging.fp32_copies``: TF32 both along K, IEEE b row-major): the first call
+    compiles, the second (which compiles nothing) teaches the extension, the third runs the
+    C++ forward and records its backward, the fourth replays both (from the third, C++
+    launches alone); every result against float64 and torch's at the same TF32 switch."""
+    _, calls = extension
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    m, n, k, dtype = 384, 320, 264, torch.float32
+    a, b = (make(s, dtype, transposed=c) for s, c in zip([(m, k), (k, n)], columns, strict=True))
+    bias = torch.randn(n, device="cuda", dtype=dtype).requires_grad_()
+    grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
+    if op == "matmul":
+        inputs, ours, theirs = [a, b], helion_ops.matmul, torch.mm
+    else:
+        inputs, ours, theirs = [bias, a, b], helion_ops.addmm, torch.addmm
+    for call in range(4):
+        out = ours(*inputs)
+        # (The second call teaches it at the latest: the first if an earlier test compiled.)
+        in_cpp = "ProductFunction" in out.grad_fn.name()
+        assert in_cpp == (call > 1) or call == 1, (call, out.grad_fn.name())
+        _check(f"call {call}", out, inputs, theirs, theirs, grad_out, (True,) * len(inputs))
+    assert len(calls) == 1, "the fourth backward did not replay the third's launches"
+
+
+@needs_cuda
+def test_fp32_keys_hold_the_tf32_switch(extension, restore_tf32):
+    """A key learned with TF32 dots is not replayed with the switch off: the call runs the
+    Python path's IEEE kernels (and teaches the extension a second key), as accurate as
+    torch's IEEE product."""
+    module, _ = extension
+    a, b = (torch.randn(s, device="cuda") for s in [(384, 264), (264, 320)])
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for _ in range(3):  # compiles, teaches, replays
+        helion_ops.matmul(a, b)
+    assert module.entries() == 1
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for call in range(3):
+        assert_matches(f"IEEE call {call}", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
+    assert module.entries() == 2
 
 
 @needs_cuda

@@ -7,8 +7,10 @@
 // key finds the forward's launch, a C++ autograd Function saves what the backward needs, and
 // the backward replays the launches that the Python backward made for the same key (its
 // "recipe"), through the CUDA driver. What the Python path does not hand over (a first call,
-// a CUDA graph capture, a functorch transform, a double backward, operands it copied, a
-// forward split otherwise than by matmul's split-K) stays on the Python path.
+// a CUDA graph capture, a functorch transform, a double backward, fp16/bf16 operands it
+// copied, a forward split otherwise than by matmul's split-K) stays on the Python path. fp32
+// keys replay the copies that lay their operands out for their dots too: a launch may read an
+// earlier launch's output.
 // helion_ops.native builds this file and teaches it each key.
 
 // Only the headers used (not <torch/extension.h>, which brings all of libtorch's C++ API):
@@ -76,7 +78,10 @@ enum Storage : int8_t { kBits = 0, kFloat32 = 1, kFloat64 = 2 };
 struct Param {
   Source source;
   Storage storage;
-  int64_t value;  // the tensor, output, scalar or descriptor's index, or the constant's bits
+  // The tensor's, output's, scalar's or descriptor's index, or the constant's bits. Tensors
+  // are the call's three (a, b, bias; a backward's grad_out, mat1, mat2), then the outputs of
+  // the launches before this one, in order (Recipe::run).
+  int64_t value;
 };
 
 // A TMA descriptor (CUtensorMap, 128 bytes) that a kernel takes by value, encoded for each
@@ -214,8 +219,9 @@ struct Launch {
   }
 };
 
-// A backward's launches for one layout of grad_out: each gradient is an output of one of them,
-// possibly transposed back (a column-major operand's gradient, as torch gives it).
+// Launches whose results are outputs of some of them: a forward's (its product, in
+// grads[0]) or a backward's for one layout of grad_out (mat1's and mat2's gradients, each
+// possibly transposed back: a column-major operand's gradient, as torch gives it).
 struct Recipe {
   std::vector<Launch> launches;
   struct Grad {
@@ -223,8 +229,28 @@ struct Recipe {
     int output = 0;
     bool transposed = false;
   };
-  std::array<Grad, 2> grads;  // mat1's, mat2's
-  bool atomics = false;        // a split-K launch among them
+  std::array<Grad, 2> grads;
+  bool atomics = false;  // a split-K launch among them
+
+  // The launches on the call's three tensors, each reading those and the outputs before it;
+  // the results, undefined where not needed.
+  std::array<at::Tensor, 2> run(std::vector<at::Tensor> tensors, const double* scalars) const {
+    std::vector<std::vector<at::Tensor>> outs;
+    outs.reserve(launches.size());
+    for (const Launch& launch : launches) {
+      outs.push_back(launch.run(tensors.data(), scalars));
+      tensors.insert(tensors.end(), outs.back().begin(), outs.back().end());
+    }
+    std::array<at::Tensor, 2> results;
+    for (int i = 0; i < 2; ++i) {
+      const Grad& g = grads[i];
+      if (g.launch >= 0) {
+        const at::Tensor& t = outs[g.launch][g.output];
+        results[i] = g.transposed ? t.t() : t;
+      }
+    }
+    return results;
+  }
 };
 
 // A key of the operands, as the Python fast path keys them: sizes, strides, dtype, device and
@@ -243,7 +269,7 @@ struct KeyHash {
 
 struct Entry {
   bool native = false;  // false: this key stays on the Python path
-  Launch forward;
+  Recipe forward;       // its product in grads[0]
   std::mutex mutex;  // recipes are read and made on autograd's device threads
   std::vector<std::pair<Key, std::shared_ptr<const Recipe>>> recipes;  // null: Python's
 };
@@ -287,6 +313,12 @@ void add_to_key(Key& key, const at::Tensor& t) {
   key.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16);
 }
 
+// Whether an fp32 product runs TF32 dots: torch's TF32 switch, which the Python path reads
+// (helion_ops.kernel.tf32_dots) and fp32 keys hold, as kernels and copies differ with it.
+int64_t tf32_dots(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat && at::globalContext().allowTF32CuBLAS();
+}
+
 // Why a call cannot take this path now, whatever its key: a CUDA graph capture (whose
 // launches the Python path decides apart) or an active functorch transform. (torch's
 // determinism switch is checked where atomics are: a split-K forward's entry and a
@@ -314,9 +346,8 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
   static at::Tensor forward(AutogradContext* ctx, const std::optional<at::Tensor>& bias,
                             const at::Tensor& a, const at::Tensor& b, double alpha, double beta,
                             Entry* entry) {
-    const at::Tensor tensors[3] = {a, b, bias.value_or(at::Tensor())};
     const double scalars[2] = {alpha, beta};
-    at::Tensor out = entry->forward.run(tensors, scalars)[0];
+    at::Tensor out = entry->forward.run({a, b, bias.value_or(at::Tensor())}, scalars)[0];
     const size_t first = bias.has_value() ? 1 : 0;
     const bool need_a = ctx->needs_input_grad(first), need_b = ctx->needs_input_grad(first + 1);
     ctx->save_for_backward({need_b ? a : at::Tensor(), need_a ? b : at::Tensor()});
@@ -362,7 +393,8 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
                             !python_path_now(grad_out);
     if (replayable) {
       key = {need_a, need_b, grad_out.stride(0), grad_out.stride(1),
-             static_cast<int64_t>(reinterpret_cast<uintptr_t>(grad_out.data_ptr()) % 16)};
+             static_cast<int64_t>(reinterpret_cast<uintptr_t>(grad_out.data_ptr()) % 16),
+             tf32_dots(grad_out)};
       std::lock_guard<std::mutex> lock(entry->mutex);
       for (const auto& [k, r] : entry->recipes) {
         if (k == key) {
@@ -381,20 +413,10 @@ struct ProductFunction : public torch::autograd::Function<ProductFunction> {
       }
     }
     if (recipe != nullptr) {
-      const at::Tensor tensors[3] = {grad_out, a, b};
       const double scalars[2] = {alpha, beta};
-      std::vector<std::vector<at::Tensor>> outs;
-      outs.reserve(recipe->launches.size());
-      for (const Launch& launch : recipe->launches) {
-        outs.push_back(launch.run(tensors, scalars));
-      }
-      for (int i = 0; i < 2; ++i) {
-        const Recipe::Grad& g = recipe->grads[i];
-        if (g.launch >= 0) {
-          const at::Tensor& t = outs[g.launch][g.output];
-          result[1 + i] = g.transposed ? t.t() : t;
-        }
-      }
+      const auto grads_of = recipe->run({grad_out, a, b}, scalars);
+      result[1] = grads_of[0];
+      result[2] = grads_of[1];
       return result;
     }
     py::gil_scoped_acquire gil;
@@ -433,6 +455,7 @@ Key key_of(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, dou
     add_to_key(key, bias);
     key.push_back(unit_scales(alpha, beta));
   }
+  key.push_back(tf32_dots(a));
   return key;
 }
 
@@ -448,9 +471,9 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
   const at::Tensor& a = THPVariable_Unpack(a_obj);
   const at::Tensor& b = THPVariable_Unpack(b_obj);
   const at::Tensor bias = with_bias ? THPVariable_Unpack(bias_obj) : at::Tensor();
-  // Only fp16 and bf16 keys have plans this path can take (fp32's kernel also follows torch's
-  // TF32 switch): others go back at once.
-  if (a.scalar_type() != at::kHalf && a.scalar_type() != at::kBFloat16) {
+  // Only fp16, bf16 and fp32 keys have plans this path can take: others go back at once.
+  if (a.scalar_type() != at::kHalf && a.scalar_type() != at::kBFloat16 &&
+      a.scalar_type() != at::kFloat) {
     return py::bool_(false);
   }
   if (python_path_now(a)) {
@@ -464,15 +487,15 @@ py::object product(std::unordered_map<Key, Entry*, KeyHash>& entries, PyObject* 
   if (!entry->native) {
     return py::bool_(false);
   }
-  if (entry->forward.split_k && at::globalContext().deterministicAlgorithms()) {
+  if (entry->forward.atomics && at::globalContext().deterministicAlgorithms()) {
     return py::bool_(false);  // the Python path runs the split in pieces under the switch
   }
   const bool grad = torch::autograd::GradMode::is_enabled() &&
                     (a.requires_grad() || b.requires_grad() || (with_bias && bias.requires_grad()));
   if (!grad) {
-    const at::Tensor tensors[3] = {a, b, bias};
     const double scalars[2] = {alpha, beta};
-    return py::reinterpret_steal<py::object>(THPVariable_Wrap(entry->forward.run(tensors, scalars)[0]));
+    return py::reinterpret_steal<py::object>(
+        THPVariable_Wrap(entry->forward.run({a, b, bias}, scalars)[0]));
   }
   const std::optional<at::Tensor> maybe_bias =
       with_bias ? std::optional<at::Tensor>(bias) : std::nullopt;
@@ -484,7 +507,7 @@ void learn(std::unordered_map<Key, Entry*, KeyHash>& entries, Key key, const py:
   auto entry = std::make_shared<Entry>();
   if (!forward.is_none()) {
     entry->native = true;
-    entry->forward = forward.cast<Launch>();
+    entry->forward = forward.cast<Recipe>();
   }
   all_entries.push_back(entry);
   entries[std::move(key)] = entry.get();
