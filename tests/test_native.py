@@ -2,10 +2,10 @@
 
 Each GPU test runs a key three times: the first call takes the Python path and teaches the
 extension, the second takes the C++ forward and the Python backward (which records its
-launches), the third replays both in C++; every result against float64 and torch's own. (An
-fp32 key is taught by its first call that compiles nothing: four calls.) (The
-outputs the extension allocates are NaN-poisoned too: conftest's determinism switch fills
-at::empty's memory.)"""
+launches), the third replays both in C++; every result against float64 and torch's own. An
+fp32 key, taught by its first call that compiles nothing, runs four times. (The outputs the
+extension allocates are NaN-poisoned too: conftest's determinism switch fills at::empty's
+memory.)"""
 
 from __future__ import annotations
 
