@@ -156,7 +156,9 @@ def learned_matmul(
     mat1: torch.Tensor, mat2: torch.Tensor, run: Callable[..., torch.Tensor]
 ) -> torch.Tensor:
     """``run(mat1, mat2)``, the Python path's product for a key new to the extension, which
-    then learns the key."""
+    then learns the key: for fp16 and bf16 from the plan the launcher keeps for it (made on
+    the first call, compiling or not), for fp32 from the launches the call made (its copies
+    then the product on them, which no one plan holds), where it compiled nothing."""
     from helion_ops import kernel
 
     if mat1.dtype is torch.float32:
