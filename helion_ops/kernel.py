@@ -34,7 +34,8 @@ keep a launch plan for it (``helion_ops.plans``), or, where a plan cannot descri
 function, the host function itself. For plain and pair launches, each launcher also keeps its
 own look-up from its operands to that plan (the fast path: one key per call, which for fp32
 holds torch's TF32 switch), which ``helion_ops.native`` hands to its C++ path for fp16 and
-bf16 (``fast_mm_plan``, ``fast_split_plan``, ``fast_addmm_plan``). Split-K products keep the
+bf16 (``fast_mm_plan``, ``fast_split_plan``, ``fast_addmm_plan``; fp32's forwards, copies
+included, it records instead). Split-K products keep the
 split-K kernel's plan the same way (``_fast_split``), and the launcher casts its sums.
 """
 
