@@ -33,10 +33,9 @@ epilogue's code, and each tensor's dtype, device, sizes, strides and 16-byte ali
 keep a launch plan for it (``helion_ops.plans``), or, where a plan cannot describe the host
 function, the host function itself. For plain and pair launches, each launcher also keeps its
 own look-up from its operands to that plan (the fast path: one key per call, which for fp32
-holds torch's TF32 switch), which ``helion_ops.native`` hands to its C++ path for fp16 and
-bf16 (``fast_mm_plan``, ``fast_split_plan``, ``fast_addmm_plan``; fp32's forwards, copies
-included, it records instead). Split-K products keep the
-split-K kernel's plan the same way (``_fast_split``), and the launcher casts its sums.
+holds torch's TF32 switch). Split-K products keep the split-K kernel's plan the same way
+(``_fast_split``), and the launcher casts its sums. ``helion_ops.native`` records the plans a
+call launches and hands them to its C++ path.
 """
 
 from __future__ import annotations
@@ -667,25 +666,6 @@ def _addmm_key(bias: torch.Tensor, a: Any, b: Any, unit: bool) -> tuple[Any, ...
         )  # fmt: skip
     except (AttributeError, RuntimeError):
         return None
-
-
-def fast_mm_plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
-    """The plan ``launch_mm`` takes for these operands (alpha 1) outside a capture, if it has
-    one."""
-    return _fast_plan(_fast_mm, _mm_key(a, b, True), a)
-
-
-def fast_split_plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan | None:
-    """The split-K kernel's plan ``launch_mm`` takes for these operands (alpha 1), if it has
-    one; its fp32 sums are then cast (``_split_k_result``)."""
-    return _fast_split.get(_mm_key(a, b, True))
-
-
-def fast_addmm_plan(
-    bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float
-) -> LaunchPlan | None:
-    """The plan ``launch_addmm`` takes for a tensor bias outside a capture, if it has one."""
-    return _fast_plan(_fast_addmm, _addmm_key(bias, a, b, unit_scales(alpha, beta)), a)
 
 
 def launch_mm_pair(

@@ -13,13 +13,13 @@ the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
   call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build warns once and
   leaves it off.
 - After the Python path has run a new key (operands' sizes, strides, dtype, device and
-  16-byte alignment; for fp32, torch's TF32 switch), ``learned_matmul``/``learned_addmm``
-  hand the extension that key's forward: for fp16 and bf16 its plan (a matmul's split-K
-  plan, whose sums the extension casts), or nothing where the key is not one such launch (a
-  last-wave split, addmm's split-K, a copy of unaligned operands), which keeps it on the
-  Python path; for fp32 the launches the call made, as a backward's are recorded (the copies
-  that lay out its operands for their dots, then the product on them), learned from a call
-  that compiled nothing.
+  16-byte alignment; for fp32, torch's TF32 switch) in a call that compiled nothing,
+  ``learned_matmul``/``learned_addmm`` hand the extension that key's forward: the launches
+  the call made, as a backward's are recorded (the product; a split-K product's sums, which
+  the extension casts; fp32's copies that lay out its operands for their dots, then the
+  product on them), or nothing where they are not all plans on the call's tensors or on
+  earlier launches' outputs (a last-wave split, addmm's split-K, torch's copy of unaligned
+  operands), which keeps the key on the Python path.
 - The first backward of each layout of grad_out runs the Python backward (``backward``) with
   its launches recorded; where each gradient is the output of a recorded plan whose operands
   are grad_out, the saved operands or an earlier launch's outputs (fp32's copies; for a
@@ -156,21 +156,12 @@ def learned_matmul(
     mat1: torch.Tensor, mat2: torch.Tensor, run: Callable[..., torch.Tensor]
 ) -> torch.Tensor:
     """``run(mat1, mat2)``, the Python path's product for a key new to the extension, which
-    then learns the key: for fp16 and bf16 from the plan the launcher keeps for it (made on
-    the first call, compiling or not), for fp32 from the launches the call made (its copies
-    then the product on them, which no one plan holds), where it compiled nothing."""
-    from helion_ops import kernel
-
-    if mat1.dtype is torch.float32:
-        out, launches = _recorded(run, mat1, mat2)
-        if launches is not None:
-            module.learn_matmul(mat1, mat2, _recipe(launches, (mat1, mat2, None), (out, None)))
-        return out
-    out = run(mat1, mat2)
-    plan, epilogues = kernel.fast_mm_plan(mat1, mat2), (kernel.scaled(1.0),)
-    if plan is None:  # a split-K product: the extension casts its fp32 sums
-        plan, epilogues = kernel.fast_split_plan(mat1, mat2), ()
-    module.learn_matmul(mat1, mat2, _forward(plan and launch_of(plan, (0, 1), epilogues)))
+    then learns the key from the launches the call made (``_recorded``: a product, a split-K
+    product's sums and their cast, or fp32's copies then the product on them), where it
+    compiled nothing; a call that compiled leaves the key for the next call to teach."""
+    out, launches = _recorded(run, mat1, mat2)
+    if launches is not None:
+        module.learn_matmul(mat1, mat2, _recipe(launches, (mat1, mat2, None), (out, None)))
     return out
 
 
@@ -185,26 +176,11 @@ def learned_addmm(
     """``learned_matmul`` for addmm (``run(bias, mat1, mat2, alpha, beta)``). The extension
     takes alpha and beta per call; its key holds which of them are 1, as their kernels differ
     (``kernel.scaled_plus_bias``)."""
-    from helion_ops import kernel
-
-    if mat1.dtype is torch.float32:
-        out, launches = _recorded(run, bias, mat1, mat2, alpha, beta)
-        if launches is not None:
-            forward = _recipe(launches, (mat1, mat2, bias), (out, None))
-            module.learn_addmm(bias, mat1, mat2, alpha, beta, forward)
-        return out
-    out = run(bias, mat1, mat2, alpha, beta)
-    plan = kernel.fast_addmm_plan(bias, mat1, mat2, alpha, beta)
-    epilogue = kernel.scaled_plus_bias(alpha, beta, bias)
-    launch = plan and launch_of(plan, (0, 1), (epilogue,))
-    module.learn_addmm(bias, mat1, mat2, alpha, beta, _forward(launch))
+    out, launches = _recorded(run, bias, mat1, mat2, alpha, beta)
+    if launches is not None:
+        forward = _recipe(launches, (mat1, mat2, bias), (out, None))
+        module.learn_addmm(bias, mat1, mat2, alpha, beta, forward)
     return out
-
-
-def _forward(launch: Any) -> Any:
-    """A forward of one launch, whose first output is the product, as the extension's
-    ``Recipe``; None for None."""
-    return launch and module.Recipe([launch], [(0, 0, False), (-1, 0, False)])
 
 
 def _recorded(run: Callable[..., Any], *args: Any) -> tuple[Any, list | None]:

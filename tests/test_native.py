@@ -9,8 +9,10 @@ memory.)"""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sysconfig
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -299,22 +301,32 @@ def test_a_split_k_product_is_recorded_as_its_cast(fake_extension):
     assert native._recipe(launches, (grad_out, mat1, None), (None, grad)) is None
 
 
-def test_a_split_k_forward_is_learned_as_its_launch(fake_extension, monkeypatch):
+def test_a_split_k_forward_is_learned_from_its_recorded_launch(fake_extension, monkeypatch):
     """A matmul key that the Python path splits over K (a thin product, K off 16 bytes)
-    hands the extension the split-K kernel's launch, flagged to cast its fp32 sums; a key
-    with neither plan, none."""
+    teaches the extension the split-K kernel's launch it recorded, flagged to cast its fp32
+    sums, whose cast is the product; a call that compiled a kernel teaches nothing (the next
+    call records again), and one whose product is no recorded launch's output teaches None."""
     a, b = (torch.randn(s, dtype=torch.bfloat16) for s in [(3, 64), (64, 5)])
     signature = {"x": "*bf16", "y": "*bf16", "out": "*fp32", "BLOCK": "constexpr", "n": "i32"}
     split = fake_plan(2, (0, 1, 2, 3, 4), signature)
     split.epilogues, split.like_first, split.zeroed = (), False, True
     learned = []
     monkeypatch.setattr(FakeModule, "learn_matmul", lambda *args: learned.append(args), False)
-    monkeypatch.setattr(kernel, "fast_mm_plan", lambda a, b: None)
-    monkeypatch.setattr(kernel, "fast_split_plan", lambda a, b: split)
-    product = torch.randn(3, 5)
-    assert native.learned_matmul(a, b, lambda *operands: product) is product
-    monkeypatch.setattr(kernel, "fast_split_plan", lambda a, b: None)
-    native.learned_matmul(a, b, lambda *operands: product)
+    monkeypatch.setattr(kernel, "_compiled", {})
+    sums, product = torch.zeros(3, 5), torch.randn(3, 5)
+
+    def split_k_call(x, y, compiles=False, cast=True):
+        if compiles:
+            kernel._compiled[object()] = None
+        plans.recordings[threading.get_ident()].append((split, (x, y), [sums]))
+        if cast:
+            plans.record_result(sums, product)
+        return product
+
+    assert native.learned_matmul(a, b, functools.partial(split_k_call, compiles=True)) is product
+    assert learned == []
+    assert native.learned_matmul(a, b, split_k_call) is product
+    native.learned_matmul(a, b, functools.partial(split_k_call, cast=False))
     (_, _, forward), (_, _, none) = learned
     (launch,), results = forward[1:]
     assert results == [(0, 0, False), (-1, 0, False)]
@@ -341,6 +353,14 @@ def _check(name, ours, inputs, fn64, fn_torch, grad_out, needs):
             t.grad = None
 
 
+def assert_taught(out, call):
+    """The call's forward ran in C++ from the third call of a key on: the first compiles
+    its kernels, the second (which compiles nothing) teaches the extension; the second
+    already where an earlier test compiled them."""
+    in_cpp = "ProductFunction" in out.grad_fn.name()
+    assert in_cpp == (call > 1) or call == 1, (call, out.grad_fn.name())
+
+
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("columns", [(False, False), (False, True), (True, False), (True, True)])
@@ -352,11 +372,11 @@ def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
     for t, need in zip((a, b), needs, strict=True):
         t.requires_grad_(need)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
-    for call in range(3):
+    for call in range(4):
         out = helion_ops.matmul(a, b)
-        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0), out.grad_fn.name()
+        assert_taught(out, call)
         _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, needs)
-    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    assert len(calls) == 1, "the fourth backward did not replay the third's launches"
     with torch.no_grad():
         assert_matches("no grad", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
 
@@ -383,9 +403,7 @@ def test_fp32_replays_its_copies(extension, restore_tf32, tf32, columns, op):
         inputs, ours, theirs = [bias, a, b], helion_ops.addmm, torch.addmm
     for call in range(4):
         out = ours(*inputs)
-        # (The second call teaches it at the latest: the first if an earlier test compiled.)
-        in_cpp = "ProductFunction" in out.grad_fn.name()
-        assert in_cpp == (call > 1) or call == 1, (call, out.grad_fn.name())
+        assert_taught(out, call)
         _check(f"call {call}", out, inputs, theirs, theirs, grad_out, (True,) * len(inputs))
     assert len(calls) == 1, "the fourth backward did not replay the third's launches"
 
@@ -414,21 +432,21 @@ def test_host_descriptors_are_encoded_on_each_calls_tensors(extension, columns, 
     """Rows of 1000 or 1400 bf16 elements start off 128-byte lines, where the runtime builds
     the TMA descriptors on the host (``loads.pointer_tiles_on_host_descriptors``,
     ``loads.host_descriptors_pay``; at 1400^3 the backward's pair too): the extension
-    encodes them on each call's own tensors (three pairs of operands and gradients of one
+    encodes them on each call's own tensors (four pairs of operands and gradients of one
     key, all alive at once, so that no call can read another's memory)."""
     _, calls = extension
     m = n = k = size
     shapes = [(m, k), (k, n)]
     inputs = [
         [make(s, torch.bfloat16, transposed=c) for s, c in zip(shapes, columns, strict=True)]
-        for _ in range(3)
+        for _ in range(4)
     ]
-    grads = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    grads = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
     for call, ((a, b), grad_out) in enumerate(zip(inputs, grads, strict=True)):
         out = helion_ops.matmul(a, b)
-        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0), out.grad_fn.name()
+        assert_taught(out, call)
         _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, (True, True))
-    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    assert len(calls) == 1, "the fourth backward did not replay the third's launches"
     planned = [p for p in kernel._compiled.values() if isinstance(p, plans.LaunchPlan)]
     assert any(p.descriptors for p in planned), "no plan with host-built descriptors"
 
@@ -487,9 +505,9 @@ def test_addmm_replayed(extension, bias, alpha, beta):
     def theirs(c, x, y):
         return torch.addmm(c, x, y, alpha=alpha, beta=beta)
 
-    for call in range(3):
+    for call in range(4):
         out = helion_ops.addmm(bias_t, a, b, alpha=alpha, beta=beta)
-        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+        assert_taught(out, call)
         _check(f"call {call}", out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
     assert len(calls) == 1
 
@@ -498,8 +516,8 @@ def test_addmm_replayed(extension, bias, alpha, beta):
 @pytest.mark.parametrize("bias", ["mn", "n", "m1"])
 def test_addmm_host_descriptors_are_encoded_on_each_calls_tensors(extension, bias):
     """addmm at 1000^3, whose rows start off 128-byte lines so that its descriptors are built
-    on the host: three sets of bias, operands and gradients of one key, all alive at once,
-    each call checked on its own tensors, the third replayed in C++."""
+    on the host: four sets of bias, operands and gradients of one key, all alive at once,
+    each call checked on its own tensors, the fourth replayed in C++."""
     _, calls = extension
     m = n = k = 1000
     dtype = torch.bfloat16
@@ -510,7 +528,7 @@ def test_addmm_host_descriptors_are_encoded_on_each_calls_tensors(extension, bia
             make((k, n), dtype),
             torch.randn(m, n, device="cuda", dtype=dtype),
         )
-        for _ in range(3)
+        for _ in range(4)
     ]
 
     def theirs(c, x, y):
@@ -518,9 +536,9 @@ def test_addmm_host_descriptors_are_encoded_on_each_calls_tensors(extension, bia
 
     for call, (bias_t, a, b, grad_out) in enumerate(sets):
         out = helion_ops.addmm(bias_t, a, b, alpha=1.5, beta=0.5)
-        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0), out.grad_fn.name()
+        assert_taught(out, call)
         _check(f"call {call}", out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
-    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    assert len(calls) == 1, "the fourth backward did not replay the third's launches"
     planned = [p for p in kernel._compiled.values() if isinstance(p, plans.LaunchPlan)]
     assert any(p.descriptors for p in planned), "no plan with host-built descriptors"
 
@@ -535,9 +553,9 @@ def test_the_replayed_bias_gradient_is_scaled_before_it_is_summed(extension):
     grad_out = (2900 + 200 * torch.rand(m, n, device="cuda")).to(dtype)
     theirs = torch.autograd.grad(torch.addmm(bias, a, b, beta=beta), [bias], grad_out)[0]
     assert theirs.isfinite().all()
-    for call in range(3):
+    for call in range(4):
         out = helion_ops.addmm(bias, a, b, beta=beta)
-        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+        assert_taught(out, call)
         torch.testing.assert_close(torch.autograd.grad(out, [bias], grad_out)[0], theirs)
 
 
@@ -552,14 +570,14 @@ def test_scales_of_1_and_others_on_one_key_each_replay_their_own(extension):
     a, b = make((m, k), dtype), make((k, n), dtype, transposed=True)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
     scales = [(1.0, 1.0), (1.5, 1.0), (1.0, 0.5), (-2.0, 3.0)]
-    for call in range(3):
+    for call in range(4):
         for alpha, beta in scales:
 
             def theirs(c, x, y, alpha=alpha, beta=beta):
                 return torch.addmm(c, x, y, alpha=alpha, beta=beta)
 
             out = helion_ops.addmm(bias_t, a, b, alpha=alpha, beta=beta)
-            assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+            assert_taught(out, call)
             name = f"call {call}, alpha {alpha}, beta {beta}"
             _check(name, out, [bias_t, a, b], theirs, theirs, grad_out, (True,) * 3)
     assert len(calls) == len(scales)
@@ -589,9 +607,9 @@ def test_a_split_k_backward_replayed(extension, monkeypatch, op):
             return torch.addmm(c, x, y, alpha=1.5)
 
     needs = (True,) * len(inputs)
-    for call in range(3):
+    for call in range(4):
         _check(f"call {call}", ours(*inputs), inputs, theirs, theirs, grad_out, needs)
-    assert len(calls) == 1, "the third backward did not replay the second's launches"
+    assert len(calls) == 1, "the fourth backward did not replay the third's launches"
     assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
     monkeypatch.setattr(
         kernel, "deterministic_algorithms", torch.are_deterministic_algorithms_enabled
@@ -604,7 +622,7 @@ def test_a_split_k_backward_replayed(extension, monkeypatch, op):
 @needs_cuda
 def test_a_split_k_forward_replayed(extension, monkeypatch):
     """A thin product whose K loads element by element (K off 16 bytes), whose forward
-    splits K in every call: from the second call the extension zeroes the fp32 sums,
+    splits K in every call: from the third call the extension zeroes the fp32 sums,
     launches the split-K kernel and casts them. Under torch's determinism switch the forward
     takes the Python path instead (the plain kernel)."""
     torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
@@ -613,9 +631,9 @@ def test_a_split_k_forward_replayed(extension, monkeypatch):
     assert not kernel.few_tiles_long_k(m, n, k)
     a, b = make((m, k), dtype), make((k, n), dtype)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
-    for call in range(3):
+    for call in range(4):
         out = helion_ops.matmul(a, b)
-        assert ("ProductFunction" in out.grad_fn.name()) == (call > 0)
+        assert_taught(out, call)
         _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, (True, True))
     assert kernel.split_k_kernel in {key[0] for key in kernel._compiled}
     monkeypatch.setattr(
@@ -669,7 +687,7 @@ def test_a_changed_key_is_not_replayed(extension):
 def test_double_backward_and_capture_take_the_python_path(extension):
     _, calls = extension
     a, b = make((256, 128), torch.float16), make((128, 192), torch.float16)
-    for _ in range(2):
+    for _ in range(3):  # compiles, teaches, records the backward
         helion_ops.matmul(a, b).sum().backward()
     a.grad = b.grad = None
     out = helion_ops.matmul(a, b)
