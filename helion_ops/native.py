@@ -361,24 +361,28 @@ def _recipe(
     grads: tuple[torch.Tensor | None, ...],
 ) -> Any:
     """The recorded launches as the extension's ``Recipe``, or None where they are not all
-    plans on views of ``tensors`` (the call's three, distinct memory each) or of earlier
-    launches' outputs whose outputs are the ``grads`` (a backward's two, or a forward's
-    product and None)."""
-    addresses = [t.data_ptr() if t is not None else None for t in tensors]
-    present = [a for a in addresses if a is not None]
-    if len(set(present)) != len(present):
-        return None
+    plans on views of ``tensors`` (the call's three) or of earlier launches' outputs whose
+    outputs are the ``grads`` (a backward's two, or a forward's product and None)."""
     # Where each readable tensor is in the extension's list: the call's, then each launch's
-    # outputs in order. (The recording holds every output: none is freed and its memory
-    # reused while it is made.)
-    index = {address: i for i, address in enumerate(addresses) if address is not None}
+    # outputs in order, found by address. (The recording holds every output: none is freed
+    # and its memory reused while it is made.) Call tensors that share an address (``a @
+    # a.T``) are found only as themselves, each a distinct object: the next calls of the key
+    # may pass distinct memory, which the recipe must read where this call's launches did.
+    addresses = [t.data_ptr() if t is not None else None for t in tensors]
+    index, itself = {}, {}
+    for i, (t, address) in enumerate(zip(tensors, addresses, strict=True)):
+        if address is not None and addresses.count(address) == 1:
+            index[address] = i
+        elif address is not None and sum(u is t for u in tensors) == 1:
+            itself[id(t)] = i
     made, outputs, readable = [], {}, len(tensors)
     for plan, args, outs in launches:
         operands = []
         for t in args[: plan.operands]:
-            if t.data_ptr() not in index:
+            found = itself.get(id(t), index.get(t.data_ptr()))
+            if found is None:
                 return None  # a copy by torch (staged fp16/bf16 operands) or another tensor
-            operands.append(index[t.data_ptr()])
+            operands.append(found)
         epilogues = tuple(args[i] for i in plan.epilogues)
         launch = launch_of(plan, tuple(operands), epilogues)
         if launch is None:

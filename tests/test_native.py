@@ -24,7 +24,7 @@ from test_ops import make
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import helion_ops
-from helion_ops import kernel, narrow_tiles, native, plans
+from helion_ops import autograd, kernel, narrow_tiles, native, plans
 
 needs_cuda = pytest.mark.cuda
 
@@ -244,6 +244,20 @@ def test_recipe_maps_operands_and_gradients(fake_extension):
     assert native._recipe([(pair, args, [out1, out2])], (grad_out, mat1, mat2), (other,)) is None
 
 
+def test_recipe_finds_call_tensors_that_share_memory_as_themselves(fake_extension):
+    """``a @ a.T``: the two operands share an address, so the recipe maps each by identity
+    (the next calls of the key may pass distinct tensors); another view of that memory, or
+    one tensor passed twice (``a @ a``), gives no recipe."""
+    a, out = torch.randn(6, 6), torch.empty(6, 6)
+    a_t, product = a.T, fake_plan()
+    gram = native._recipe([(product, (a, a_t, scaled(1.0)), [out])], (a, a_t, None), (out, None))
+    assert [p[:2] for p in gram[1][0][6][:2]] == [(native._TENSOR, 0), (native._TENSOR, 0)]
+    assert [p[2] for p in gram[1][0][6][:2]] == [0, 1]
+    view = native._recipe([(product, (a, a.T, scaled(1.0)), [out])], (a, a_t, None), (out,))
+    assert view is None
+    assert native._recipe([(product, (a, a, scaled(1.0)), [out])], (a, a, None), (out,)) is None
+
+
 def test_recipe_reads_earlier_launches_outputs(fake_extension):
     """fp32's copies: a launch whose operand is (a view of) an earlier launch's output reads
     it after the call's three tensors, at its place among the outputs made; a forward's
@@ -406,6 +420,24 @@ def test_fp32_replays_its_copies(extension, restore_tf32, tf32, columns, op):
         assert_taught(out, call)
         _check(f"call {call}", out, inputs, theirs, theirs, grad_out, (True,) * len(inputs))
     assert len(calls) == 1, "the fourth backward did not replay the third's launches"
+
+
+@needs_cuda
+def test_a_gram_product_replays_its_forward(extension, monkeypatch):
+    """``a @ a.T``, whose operands share memory, replays its forward in C++ as other keys do
+    (from the third call), and a later call of its key on distinct tensors reads each of
+    them where it should."""
+    python_runs, run = [], autograd._python_matmul
+    monkeypatch.setattr(
+        autograd, "_python_matmul", lambda *args: python_runs.append(1) or run(*args)
+    )
+    a, b = (torch.randn(384, 264, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for call in range(4):
+        ours = helion_ops.matmul(a, a.T)
+        assert_matches(f"call {call}", ours, a @ a.T, a.double() @ a.double().T)
+    assert len(python_runs) <= 2, "the key was not replayed"
+    assert_matches("distinct", helion_ops.matmul(a, b.T), a @ b.T, a.double() @ b.double().T)
+    assert len(python_runs) <= 2
 
 
 @needs_cuda
