@@ -206,10 +206,11 @@ _CAPTURED = {"alpha": (_SCALAR, 0), "beta": (_SCALAR, 1), "bias_mn": (_TENSOR, 2
 def launch_of(plan: plans.LaunchPlan, operands: tuple[int, ...], epilogues: tuple) -> Any:
     """The extension's ``Launch`` of ``plan``, or None where it cannot make one.
 
-    ``operands``: for each of the plan's operand tensors, the index of the call's tensor it is
-    (the forward's a, b, bias; the backward's grad_out, mat1, mat2); ``epilogues``: the
-    epilogue functions of the plan's call, whose captured values' names say where each comes
-    from (``_CAPTURED``)."""
+    ``operands``: for each of the plan's operand tensors, its index among the tensors a
+    recipe's launch reads: the call's three (the forward's a, b, bias; the backward's
+    grad_out, mat1, mat2), then the outputs of the launches before it (``_recipe``);
+    ``epilogues``: the epilogue functions of the plan's call, whose captured values' names
+    say where each comes from (``_CAPTURED``)."""
     compiled = plan.compiled or plan._find_compiled()
     direct = plan.direct
     # Outputs of the first operand's kind (plain and pair kernels), or the split-K kernel's

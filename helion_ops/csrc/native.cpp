@@ -4,13 +4,13 @@
 // backward run Python, and the backward runs it on autograd's device thread, where each call
 // also pays for the hand-over of the GIL (NOTES 72). Here a specialization that the Python
 // path has already run (checked, compiled, planned) is replayed without Python: the operands'
-// key finds the forward's launch, a C++ autograd Function saves what the backward needs, and
-// the backward replays the launches that the Python backward made for the same key (its
-// "recipe"), through the CUDA driver. What the Python path does not hand over (a first call,
-// a CUDA graph capture, a functorch transform, a double backward, fp16/bf16 operands it
-// copied, a forward split otherwise than by matmul's split-K) stays on the Python path. fp32
-// keys replay the copies that lay their operands out for their dots too: a launch may read an
-// earlier launch's output.
+// key finds the forward's launches, a C++ autograd Function saves what the backward needs,
+// and the backward replays the launches that the Python backward made for the same key (its
+// "recipe"), through the CUDA driver. What the Python path does not hand over (a call that
+// compiles, a CUDA graph capture, a functorch transform, a double backward, fp16/bf16
+// operands it copied, a forward split otherwise than by matmul's split-K) stays on the Python
+// path. fp32 keys replay the copies that lay their operands out for their dots too: a launch
+// may read an earlier launch's output.
 // helion_ops.native builds this file and teaches it each key.
 
 // Only the headers used (not <torch/extension.h>, which brings all of libtorch's C++ API):
