@@ -1,9 +1,9 @@
 """The C++ fast path (``helion_ops.native``): what it replays equals what the Python path computes.
 
-Each GPU test runs a key three times: the first call takes the Python path and teaches the
-extension, the second takes the C++ forward and the Python backward (which records its
-launches), the third replays both in C++; every result against float64 and torch's own. An
-fp32 key, taught by its first call that compiles nothing, runs four times. (The outputs the
+Each GPU test runs a key four times: the first call compiles its kernels on the Python path,
+the second (which compiles nothing) teaches the extension its forward, the third takes the C++
+forward and the Python backward (which records its launches), the fourth replays both in C++;
+every result against float64 and torch's own. (The outputs the
 extension allocates are NaN-poisoned too: conftest's determinism switch fills at::empty's
 memory.)"""
 
@@ -393,6 +393,27 @@ def test_matmul_replayed(extension, dtype, columns, needs, m, n, k):
     assert len(calls) == 1, "the fourth backward did not replay the third's launches"
     with torch.no_grad():
         assert_matches("no grad", helion_ops.matmul(a, b), a @ b, a.double() @ b.double())
+
+
+@needs_cuda
+@pytest.mark.parametrize("needs", [(True, False), (False, True)])
+def test_only_the_operand_a_requested_gradient_needs_is_saved(extension, needs):
+    """As the Python Function's (test_ops): a's gradient needs b and b's needs a, so the
+    other operand is not kept alive until the backward, in either path."""
+    _, calls = extension
+    a, b = (make(s, torch.bfloat16) for s in [(384, 256), (256, 320)])
+    for t, need in zip((a, b), needs, strict=True):
+        t.requires_grad_(need)
+    grad_out = torch.randn(384, 320, device="cuda", dtype=torch.bfloat16)
+    saved = []
+    for call in range(4):
+        saved.clear()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            out = helion_ops.matmul(a, b)
+        assert_taught(out, call)
+        assert [t.data_ptr() for t in saved] == [(b if needs[0] else a).data_ptr()], call
+        _check(f"call {call}", out, [a, b], torch.mm, torch.mm, grad_out, needs)
+    assert len(calls) == 1, "the fourth backward did not replay the third's launches"
 
 
 @needs_cuda

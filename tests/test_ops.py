@@ -371,7 +371,8 @@ def test_calls_autograd_would_not_record_skip_the_function(why, monkeypatch):
 
 
 @pytest.mark.parametrize("needs", [(True, False), (False, True)])
-def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch):
+def test_only_requested_grads_are_computed_and_saved(needs, monkeypatch, python_path_only):
+    """The Python Function (the C++ one's check is in test_native)."""
     a = torch.randn(37, 50, device=DEVICE, requires_grad=needs[0])
     b = torch.randn(50, 29, device=DEVICE, requires_grad=needs[1])
     out = helion_ops.matmul(a, b)

@@ -14,6 +14,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import DEVICE
 
 from benchmarks import gpus
 from benchmarks import main as main_module
@@ -1122,7 +1123,7 @@ def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys,
 
 
 def test_rule_ab_times_the_backward_and_checks_both_gradients(monkeypatch):
-    """``benchmarks.rule_ab --mode bwd``'s measure (on the CPU, without graphs): both
+    """``benchmarks.rule_ab --mode bwd``'s measure (without graphs): both
     gradients of ``helion_ops.matmul`` and of torch's, a column-major operand among them,
     against float64; a wrong gradient shows in the error."""
     import torch
@@ -1130,7 +1131,7 @@ def test_rule_ab_times_the_backward_and_checks_both_gradients(monkeypatch):
     import helion_ops
     from benchmarks import rule_ab
 
-    a, b = torch.randn(40, 24), torch.randn(19, 24).T
+    a, b = torch.randn(40, 24, device=DEVICE), torch.randn(19, 24, device=DEVICE).T
     row = rule_ab.measure_backward(a, b, cudagraph=False)
     assert row.keys() == {"us", "rel_err", "aten_us", "aten_rel_err"}
     assert row["rel_err"] < 1e-5 and row["aten_rel_err"] < 1e-5, row
