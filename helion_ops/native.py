@@ -347,13 +347,32 @@ def backward(
 
     mm, mm_pair = autograd._backward_products()
     needs, columns = (need1, need2), (column1, column2)
-    args = (mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
     if not record:
+        args = (mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
         return (*ops._operand_grads(*args), None)
+    if _one_address(mat1, mat2):
+        # ``a @ a.T``: the backward's launches read views of both operands (``mat2.T`` is
+        # a's geometry too), which no address tells apart. Recorded on a copy of mat2 (its
+        # strides kept, and on 16 bytes as mat2 is, as the key holds), each operand has an
+        # address of its own, and the replays read each saved tensor where this call's
+        # launches read it.
+        mat2 = torch.empty_strided(
+            mat2.shape, mat2.stride(), dtype=mat2.dtype, device=mat2.device
+        ).copy_(mat2)
+    args = (mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
     grads, launches = _recorded(ops._operand_grads, *args)
     if launches is None:
         return (*grads, False)
     return (*grads, _recipe(launches, (grad_out, mat1, mat2), grads))
+
+
+def _one_address(mat1: torch.Tensor | None, mat2: torch.Tensor | None) -> bool:
+    """Whether both operands are saved and start at one address on 16 bytes, mat2 row- or
+    column-major (an address off 16 bytes keeps the Python backward: a copy would be on 16
+    bytes, another key's kernels)."""
+    if mat1 is None or mat2 is None or not (mat2.is_contiguous() or mat2.T.is_contiguous()):
+        return False
+    return mat1.data_ptr() == mat2.data_ptr() and mat1.data_ptr() % 16 == 0
 
 
 def _recipe(

@@ -258,6 +258,40 @@ def test_recipe_finds_call_tensors_that_share_memory_as_themselves(fake_extensio
     assert native._recipe([(product, (a, a, scaled(1.0)), [out])], (a, a, None), (out,)) is None
 
 
+def test_a_gram_products_backward_is_recorded_on_a_copy(fake_extension, monkeypatch):
+    """``a @ a.T``'s backward reads ``mat2.T``, a's geometry at a's address, which no recipe
+    can tell from mat1: recorded on a copy of mat2 (its strides kept), each launch reads the
+    operand it was made from. Operands off 16 bytes are not copied (no recipe then)."""
+    from helion_ops import ops
+
+    product, seen = fake_plan(), []
+
+    def operand_grads(mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns):
+        seen.append(mat2)
+        grads = torch.empty(mat1.shape), torch.empty(mat2.shape)
+        recording = plans.recordings[threading.get_ident()]
+        recording.append((product, (grad_out, mat2.T, scaled(1.0)), [grads[0]]))
+        recording.append((product, (mat1.T, grad_out, scaled(1.0)), [grads[1]]))
+        return grads
+
+    monkeypatch.setattr(ops, "_operand_grads", operand_grads)
+    monkeypatch.setattr(kernel, "_compiled", {})
+    monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: False)
+    for a in (torch.randn(6, 4), torch.randn(25)[1:].view(6, 4)):
+        grad_out = torch.randn(6, 6)
+        *_, recipe = native.backward(grad_out, a, a.T, True, True, 1.0, False, True, True)
+        copied = seen[-1].data_ptr() != a.data_ptr()
+        assert copied == (a.data_ptr() % 16 == 0)
+        if not copied:
+            assert recipe is None
+            continue
+        assert torch.equal(seen[-1], a.T) and seen[-1].stride() == a.T.stride()
+        (first, second), specs = recipe[1:]
+        assert [p[2] for p in first[6][:2]] == [0, 2]  # grad_out @ mat2.T
+        assert [p[2] for p in second[6][:2]] == [1, 0]  # mat1.T @ grad_out
+        assert specs == [(0, 0, False), (1, 0, False)]
+
+
 def test_recipe_reads_earlier_launches_outputs(fake_extension):
     """fp32's copies: a launch whose operand is (a view of) an earlier launch's output reads
     it after the call's three tensors, at its place among the outputs made; a forward's
@@ -459,6 +493,27 @@ def test_a_gram_product_replays_its_forward(extension, monkeypatch):
     assert len(python_runs) <= 2, "the key was not replayed"
     assert_matches("distinct", helion_ops.matmul(a, b.T), a @ b.T, a.double() @ b.double().T)
     assert len(python_runs) <= 2
+
+
+@needs_cuda
+def test_a_gram_products_backward_replays(extension):
+    """``a @ a.T`` with a requiring grad: its backward is recorded (on a copy of mat2) by the
+    third call and replayed in C++ after, a's gradient (the sum of both products') against
+    float64 and torch's on every call."""
+    _, calls = extension
+    a = torch.randn(384, 264, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad_out = torch.randn(384, 384, device="cuda", dtype=torch.bfloat16)
+    for call in range(5):
+        ours = helion_ops.matmul(a, a.T)
+        assert_taught(ours, call)
+        ref_a, torch_a = a.detach().double().requires_grad_(), a.detach().clone().requires_grad_()
+        ref, theirs = ref_a @ ref_a.T, torch_a @ torch_a.T
+        assert_matches(f"call {call} output", ours, theirs, ref)
+        for out, g in ((ours, grad_out), (theirs, grad_out), (ref, grad_out.double())):
+            out.backward(g)
+        assert_matches(f"call {call} grad", a.grad, torch_a.grad, ref_a.grad)
+        a.grad = None
+    assert len(calls) == 1, "the later backwards did not replay the third's launches"
 
 
 @needs_cuda
