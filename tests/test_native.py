@@ -3,9 +3,8 @@
 Each GPU test runs a key four times: the first call compiles its kernels on the Python path,
 the second (which compiles nothing) teaches the extension its forward, the third takes the C++
 forward and the Python backward (which records its launches), the fourth replays both in C++;
-every result against float64 and torch's own. (The outputs the
-extension allocates are NaN-poisoned too: conftest's determinism switch fills at::empty's
-memory.)"""
+every result against float64 and torch's own. (The outputs the extension allocates are
+NaN-poisoned too: conftest's determinism switch fills at::empty's memory.)"""
 
 from __future__ import annotations
 
