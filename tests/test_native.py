@@ -260,7 +260,8 @@ def test_recipe_finds_call_tensors_that_share_memory_as_themselves(fake_extensio
 def test_a_gram_products_backward_is_recorded_on_a_copy(fake_extension, monkeypatch):
     """``a @ a.T``'s backward reads ``mat2.T``, a's geometry at a's address, which no recipe
     can tell from mat1: recorded on a copy of mat2 (its strides kept), each launch reads the
-    operand it was made from. Operands off 16 bytes are not copied (no recipe then)."""
+    operand it was made from; ``a @ a`` likewise. Operands off 16 bytes are not copied (no
+    recipe then)."""
     from helion_ops import ops
 
     product, seen = fake_plan(), []
@@ -276,15 +277,17 @@ def test_a_gram_products_backward_is_recorded_on_a_copy(fake_extension, monkeypa
     monkeypatch.setattr(ops, "_operand_grads", operand_grads)
     monkeypatch.setattr(kernel, "_compiled", {})
     monkeypatch.setattr(kernel, "deterministic_algorithms", lambda: False)
-    for a in (torch.randn(6, 4), torch.randn(25)[1:].view(6, 4)):
+    square = torch.randn(6, 6)
+    cases = [(a, a.T) for a in (torch.randn(6, 4), torch.randn(25)[1:].view(6, 4))]
+    for a, b in [*cases, (square, square)]:  # a @ a.T, off 16 bytes, and a @ a
         grad_out = torch.randn(6, 6)
-        *_, recipe = native.backward(grad_out, a, a.T, True, True, 1.0, False, True, True)
+        *_, recipe = native.backward(grad_out, a, b, True, True, 1.0, False, b is not a, True)
         copied = seen[-1].data_ptr() != a.data_ptr()
         assert copied == (a.data_ptr() % 16 == 0)
         if not copied:
             assert recipe is None
             continue
-        assert torch.equal(seen[-1], a.T) and seen[-1].stride() == a.T.stride()
+        assert torch.equal(seen[-1], b) and seen[-1].stride() == b.stride()
         (first, second), specs = recipe[1:]
         assert [p[2] for p in first[6][:2]] == [0, 2]  # grad_out @ mat2.T
         assert [p[2] for p in second[6][:2]] == [1, 0]  # mat1.T @ grad_out
