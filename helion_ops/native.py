@@ -346,20 +346,19 @@ def backward(
     from helion_ops import autograd, ops
 
     mm, mm_pair = autograd._backward_products()
-    needs, columns = (need1, need2), (column1, column2)
-    if not record:
-        args = (mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
-        return (*ops._operand_grads(*args), None)
-    if _one_address(mat1, mat2):
+    if record and _one_address(mat1, mat2):
         # ``a @ a.T``: the backward's launches read views of both operands (``mat2.T`` is
         # a's geometry too), which no address tells apart. Recorded on a copy of mat2 (its
         # strides kept, and on 16 bytes as mat2 is, as the key holds), each operand has an
         # address of its own, and the replays read each saved tensor where this call's
-        # launches read it.
+        # launches read it. (The forward's recording cannot copy: autograd must save the
+        # caller's tensors. It tells them apart by identity instead, ``_recipe``.)
         mat2 = torch.empty_strided(
             mat2.shape, mat2.stride(), dtype=mat2.dtype, device=mat2.device
         ).copy_(mat2)
-    args = (mat1, mat2, needs, grad_out, alpha, mm, mm_pair, columns)
+    args = (mat1, mat2, (need1, need2), grad_out, alpha, mm, mm_pair, (column1, column2))
+    if not record:
+        return (*ops._operand_grads(*args), None)
     grads, launches = _recorded(ops._operand_grads, *args)
     if launches is None:
         return (*grads, False)
