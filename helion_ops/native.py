@@ -353,9 +353,7 @@ def backward(
         # address of its own, and the replays read each saved tensor where this call's
         # launches read it. (The forward's recording cannot copy: autograd must save the
         # caller's tensors. It tells them apart by identity instead, ``_recipe``.)
-        mat2 = torch.empty_strided(
-            mat2.shape, mat2.stride(), dtype=mat2.dtype, device=mat2.device
-        ).copy_(mat2)
+        mat2 = mat2.clone()  # (preserve_format: a dense tensor keeps its strides)
     args = (mat1, mat2, (need1, need2), grad_out, alpha, mm, mm_pair, (column1, column2))
     if not record:
         return (*ops._operand_grads(*args), None)
