@@ -68,10 +68,8 @@ from helion_ops.configs import (
     tuned_pair,
 )
 from helion_ops.loads import k_masks_vectorize
-from helion_ops.long_k import few_tiles_long_k, long_k_batch, one_wave_stream
+from helion_ops.long_k import FAST_DTYPES, long_k_product
 from helion_ops.narrow_tiles import (
-    WAVE_PROGRAMS,
-    few_columns_long_k,
     narrow,
     narrow_tiles_pay,
     thin,
@@ -373,8 +371,6 @@ _splits_compiled: set[tuple[Any, ...]] = set()
 _fast_relaid: dict[tuple[Any, ...], tuple[int | None, ...]] = {}
 # The copies' plans, by the copied view's sizes, strides, dtype, device and 16-byte alignment.
 _fast_copy: dict[tuple[Any, ...], LaunchPlan] = {}
-# The dtypes the wave model and the rules for thin, narrow and streaming products cover.
-FAST_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def reset() -> None:
@@ -565,24 +561,6 @@ def tf32_dots(dtype: torch.dtype) -> bool:
     (``torch.backends.cuda.matmul.allow_tf32``), as torch.mm does. Their kernels and
     operand layouts differ (``staging.fp32_copies``), so the fast-path keys hold it."""
     return dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32
-
-
-def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
-    """Whether an ``m x n x k`` product of ``dtype`` splits over K wherever K loads in
-    vectors: in fp16 and bf16, a streaming product (65 to 128 rows, a long K) where
-    ``long_k.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
-    (``few_tiles_long_k``), or, in fp16 and bf16, a serving batch's product of few tiles and
-    a long K (``long_k.long_k_batch``) or a product of a few columns and a long K
-    (``narrow_tiles.few_columns_long_k``)."""
-    stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
-    if stream:
-        return stream.pieces > 1
-    fast = dtype in FAST_DTYPES
-    return (
-        few_tiles_long_k(m, n, k)
-        or (fast and long_k_batch(m, n, k))
-        or (fast and few_columns_long_k(m, n, k, dtype.itemsize))
-    )
 
 
 def wants_split_k(m: int, n: int, k: int, dtype: torch.dtype) -> bool:

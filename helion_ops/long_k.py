@@ -14,10 +14,21 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import helion
+import torch
 
 from helion_ops.candidates import split_config
 from helion_ops.model import BATCH_MODEL_ROWS, k_block, power_of_two_pieces, split_k_block
-from helion_ops.narrow_tiles import THIN_K, THIN_ROWS, THIN_TILE, few_columns_long_k, thin
+from helion_ops.narrow_tiles import (
+    THIN_K,
+    THIN_ROWS,
+    THIN_TILE,
+    WAVE_PROGRAMS,
+    few_columns_long_k,
+    thin,
+)
+
+# The dtypes the wave model and the rules for thin, narrow and streaming products cover.
+FAST_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def few_tiles_long_k(m: int, n: int, k: int) -> bool:
@@ -228,3 +239,21 @@ def least_cost_split(
     _, split, index = min(options)
     bm, bn, stages, warps, _ = tiles[index]
     return split_config(bm, bn, 64, split, stages, warps=warps)
+
+
+def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether an ``m x n x k`` product of ``dtype`` splits over K wherever K loads in
+    vectors: in fp16 and bf16, a streaming product (65 to 128 rows, a long K) where
+    ``long_k.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
+    (``few_tiles_long_k``), or, in fp16 and bf16, a serving batch's product of few tiles and
+    a long K (``long_k.long_k_batch``) or a product of a few columns and a long K
+    (``narrow_tiles.few_columns_long_k``)."""
+    stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
+    if stream:
+        return stream.pieces > 1
+    fast = dtype in FAST_DTYPES
+    return (
+        few_tiles_long_k(m, n, k)
+        or (fast and long_k_batch(m, n, k))
+        or (fast and few_columns_long_k(m, n, k, dtype.itemsize))
+    )

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from helion_ops.configs import model_product, model_without_entry, operands_key
-from helion_ops.loads import masks_vectorize, rows_off_lines, tma_aligned
+from helion_ops.configs import model_product, model_without_entry, operands_key, splits_k
+from helion_ops.loads import k_masks_vectorize, masks_vectorize, rows_off_lines, tma_aligned
+from helion_ops.long_k import long_k_product
 from helion_ops.model import LINE_BYTES
 from helion_ops.narrow_tiles import few_rows
-from helion_ops.table import operand_layout
+from helion_ops.table import operand_layout, product_mnk
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -165,16 +166,30 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     product of a few rows on narrow tiles of its own (``narrow_tiles.few_rows``: thin, narrow,
     or its weight off 16 bytes) copies only its few rows, and only where they are laid out
     column by column (``few_rows_worth_copying``): reading the weight is all its time, which
-    a copy of the weight would double."""
+    a copy of the weight would double. Nor a product that splits over K as it is
+    (``splits_over_k_as_it_is``), whose time the model's plain kernels do not predict."""
     if not a.is_cuda or a.dtype not in (torch.float16, torch.bfloat16) or tma_aligned(a, b):
         return False
     if few_rows(a, b):
         return few_rows_worth_copying(a, b)
+    if splits_over_k_as_it_is(a, b):
+        return False
     key = operands_key(a, b)
     decision = _decisions.get(key)
     if decision is None:
         decision = _decisions[key] = _predicted_faster(a, b)
     return decision
+
+
+def splits_over_k_as_it_is(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a @ b``, unstaged, runs the split-K kernel (``kernel.launch_addmm``'s rule
+    for a long-K product: K's masks load in vectors and K is cut). Its time is then the
+    split-K kernel's, which the wave model's plain estimates (``staging_pays``) do not
+    describe: they staged 32768x1024x479's weight gradient (479x1024x32768, x.T on columns
+    of 958 bytes) from 2862f69 on, and its backward ran 1.2x slower (NOTES 161 (e))."""
+    return (
+        long_k_product(*product_mnk(a, b), a.dtype) and k_masks_vectorize(a, b) and splits_k(a, b)
+    )
 
 
 def few_rows_worth_copying(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -117,6 +117,24 @@ def test_unstaged_rows_of_2_bytes_take_the_models_pointer_tile():
     assert config.config["indexing"] == "pointer"
 
 
+def test_a_product_that_splits_over_k_as_it_is_is_not_staged():
+    """The weight gradient of 32768x1024x479 (x.T @ grad_out: 479x1024x32768, x.T on columns
+    of 958 bytes) splits over K unstaged; the model's plain kernels predicted it faster
+    staged, and its backward ran 1.2x slower so (NOTES 161 (e)). 256x1024x30001, which runs
+    the plain kernel (its K's masks do not load in vectors), is still staged."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x_t, grad_out = on_gpu(operand(479, 32768, True)), on_gpu(operand(32768, 1024, False))
+        assert staging.splits_over_k_as_it_is(x_t, grad_out)
+        assert not staging.worth_staging(x_t, grad_out)
+        a, b = on_gpu(operand(256, 30001, False)), on_gpu(operand(30001, 1024, False))
+        assert not staging.splits_over_k_as_it_is(a, b)
+        assert staging.worth_staging(a, b)
+    bound = split_k_kernel.bind((operand(479, 32768, True), operand(32768, 1024, False)))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        config = configs.choose_config(bound, x_t, grad_out).config
+    assert config["split_k"] > 1
+
+
 def test_a_thin_product_with_a_off_16_bytes_is_never_staged():
     """64x4096x4097 (a's rows 8194 bytes, off 16): thin, so the few-rows rules' narrow tiles,
     never staged, though the model alone predicts that a copy of a pays there."""

@@ -697,7 +697,7 @@ def test_a_thin_product_whose_k_loads_in_vectors_runs_the_plain_kernel(
     eager calls and captures alike through the fast path's plan (NOTES 114)."""
     monkeypatch.setattr(narrow_tiles, "NARROW_IN_FLIGHT", 0)
     a, b = make((40, 4096), torch.float16), make((4096, 576), torch.float16)
-    assert narrow_tiles.thin(40, 576, 4096) and not kernel.few_tiles_long_k(40, 576, 4096)
+    assert narrow_tiles.thin(40, 576, 4096) and not long_k.few_tiles_long_k(40, 576, 4096)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
@@ -726,7 +726,7 @@ def test_a_thin_product_that_splits_splits_in_every_call(monkeypatch, python_pat
     the split in pieces (NOTES 113, 126)."""
     assert kernel.wants_split_k(m, n, k, torch.float16)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
-    assert narrow_tiles.thin(m, n, k) and not kernel.few_tiles_long_k(m, n, k)
+    assert narrow_tiles.thin(m, n, k) and not long_k.few_tiles_long_k(m, n, k)
     kernel.reset()
     launched = launches(monkeypatch)
     check_matmul(a, b)
@@ -753,7 +753,7 @@ def test_a_long_k_batch_product_splits(monkeypatch, python_path_only):
     under torch's determinism switch the split in pieces (NOTES 116, 118, 126)."""
     m, k, n = 72, 4608, 1024
     assert long_k.long_k_batch(m, n, k) and not narrow_tiles.thin(m, n, k)
-    assert not kernel.few_tiles_long_k(m, n, k)
+    assert not long_k.few_tiles_long_k(m, n, k)
     a, b = make((m, k), torch.float16), make((k, n), torch.float16)
     kernel.reset()
     launched = launches(monkeypatch)
