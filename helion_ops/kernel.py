@@ -75,7 +75,7 @@ from helion_ops.narrow_tiles import (
     thin,
 )
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
-from helion_ops.staging import fp32_copies, lined_columns, relaid, staged
+from helion_ops.staging import fp32_copies, lined_columns, relaid, splits_over_k_as_it_is, staged
 from helion_ops.table import product_mnk
 
 logger = logging.getLogger(__name__)
@@ -838,17 +838,15 @@ def launch_addmm(
     # few-tiles class, it runs the plain kernel on those (``narrow_tiles.few_rows_config``, NOTES
     # 114-115).
     deterministic = deterministic_algorithms()
-    long_k = long_k_product(m, n, k, a.dtype)
-    thin_product = a.dtype in FAST_DTYPES and thin(m, n, k)
-    # (Read only for the split-K kernel's products: the check costs microseconds a call.)
-    vectorized = (long_k or thin_product) and k_masks_vectorize(a, b)
-    split_k = (
-        (
-            (long_k and vectorized)
-            or (thin_product and not (vectorized and narrow_tiles_pay(m, n, k, a.element_size())))
+    # (k_masks_vectorize is read only for the split-K kernel's products: it costs microseconds.)
+    split_k = split_k_kernel.settings.ref_mode is RefMode.OFF and (
+        splits_over_k_as_it_is(a, b)  # the long-K rule, which staging asks too
+        or (
+            a.dtype in FAST_DTYPES
+            and thin(m, n, k)
+            and not (k_masks_vectorize(a, b) and narrow_tiles_pay(m, n, k, a.element_size()))
+            and splits_k(a, b)
         )
-        and split_k_kernel.settings.ref_mode is RefMode.OFF
-        and splits_k(a, b)
     )
     if split_k and not deterministic:
         # The fast path keeps the split's plan: the calls after this one launch it and

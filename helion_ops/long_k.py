@@ -107,7 +107,7 @@ def one_wave_stream(m: int, n: int, k: int, sms: int, splits: bool = True) -> St
     rest above): the most programs that fit one wave of ``sms``; on a tie the plain kernel
     of 128 columns, then fewer pieces, then 64x64 tiles; ``splits=False``: the plain
     kernel's only. None for other products, and where no choice fits one wave. Cached: the
-    launchers' slow path asks on every call (through ``kernel.long_k_product``), and costing
+    launchers' slow path asks on every call (through ``long_k_product``), and costing
     the splits takes about 24 microseconds."""
     if m not in STREAM_ROWS or k < STREAM_MIN_K or few_tiles_long_k(m, n, k):
         return None

@@ -182,10 +182,10 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def splits_over_k_as_it_is(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a @ b``, unstaged, runs the split-K kernel (``kernel.launch_addmm``'s rule
-    for a long-K product: K's masks load in vectors and K is cut). Its time is then the
-    split-K kernel's, which the wave model's plain estimates (``staging_pays``) do not
-    describe: they staged 32768x1024x479's weight gradient (479x1024x32768, x.T on columns
+    """Whether ``a @ b``, unstaged, runs the split-K kernel as a long-K product (``long_k``),
+    K's masks loading in vectors and K cut (``kernel.launch_addmm`` asks this too). Its time
+    is then the split-K kernel's, which the wave model's plain estimates (``staging_pays``)
+    do not describe: they staged 32768x1024x479's weight gradient (479x1024x32768, x.T on columns
     of 958 bytes) from 2862f69 on, and its backward ran 1.2x slower (NOTES 161 (e))."""
     return (
         long_k_product(*product_mnk(a, b), a.dtype) and k_masks_vectorize(a, b) and splits_k(a, b)
