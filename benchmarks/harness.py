@@ -226,11 +226,9 @@ def results_and_step(fn, inputs, mode: str, cudagraph: bool = False):
                 fn(*inputs)
 
     if cudagraph and mode in BWD_MODES:  # as the tritonbench plugin's backwards
-        from helion_ops.tritonbench_bwd import on_the_forward_stream, synchronized_outside_captures
+        from helion_ops.tritonbench_bwd import synchronized_outside_captures
 
-        # bwd's kept graph ran its forward on the side stream: its backward stays there.
-        timed = on_the_forward_stream(step) if mode == "bwd" and inputs[0].is_cuda else step
-        return compared, synchronized_outside_captures(timed)
+        return compared, synchronized_outside_captures(step)
     return compared, step
 
 

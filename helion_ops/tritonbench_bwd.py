@@ -115,9 +115,13 @@ def fix_native_backward(operator_cls: type) -> None:
             # bwd_fn. Its node only: the output is freed.
             first_graph = getattr(fwd_fn(), "grad_fn", None)
 
-        # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
-        # legacy default stream), not in get_bwd_fn: every call goes to the side stream.
-        bwd_fn_on_the_side_stream = synchronized_outside_captures(on_the_forward_stream(bwd_fn))
+        @synchronized_outside_captures
+        def bwd_fn_on_the_side_stream() -> Any:
+            # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
+            # legacy default stream), not in get_bwd_fn: every call goes to the side stream.
+            with stream_a_graph_capture_can_join(True):
+                return bwd_fn()
+
         bwd_fn_on_the_side_stream.first_graph = first_graph  # type: ignore[attr-defined]
         return bwd_fn_on_the_side_stream
 
@@ -204,9 +208,7 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         y.backward(dy, retain_graph=True)
         return inputs
 
-    if not _graphs(self):
-        return bwd_fn
-    return synchronized_outside_captures(on_the_forward_stream(bwd_fn))
+    return synchronized_outside_captures(bwd_fn) if _graphs(self) else bwd_fn
 
 
 def _graphs(operator: Any) -> bool:
@@ -236,27 +238,6 @@ def synchronized_outside_captures(fn: Callable[[], T]) -> Callable[[], T]:
         if torch.cuda.is_initialized() and not torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize()
         return result
-
-    return call
-
-
-def on_the_forward_stream(fn: Callable[[], T]) -> Callable[[], T]:
-    """``fn``, each call made on ``forward_stream``, which a capture joins and returns from.
-
-    For a backward timed under ``--cudagraph``, whose forward ran on ``forward_stream``. Called
-    from the capture's own stream, autograd syncs that stream with the forward's around each
-    backward, and the graph's replay runs each backward on a stream of its own with an idle
-    gap before it that grows with the graph's length (H100, call 393, 4096x1024x1024 bf16:
-    aten's two kernels take 29 us a backward; a replay of tritonbench's graph of 309-522
-    backwards took 34-38 us a backward, ours 36-41 us for 28.9-29.1 of kernel in graphs of
-    317-747, and ours, whose eager call is faster, got the longer graphs). Called on the
-    forward's stream, the backward has one stream throughout, as a training step's does.
-    """
-
-    @functools.wraps(fn)
-    def call() -> T:
-        with stream_a_graph_capture_can_join(True):
-            return fn()
 
     return call
 

@@ -152,39 +152,6 @@ def test_bwd_fn_ends_synchronized_under_graphs_except_in_captures(
     torch.testing.assert_close(w.grad, a.T @ (0.1 * _seeded_randn(6, 5)))
 
 
-@pytest.mark.parametrize("graphs", [False, True])
-def test_bwd_fn_runs_forward_and_every_backward_on_the_side_stream_under_graphs(
-    fake_operator, monkeypatch, graphs
-):
-    # The timed backward runs on its forward's stream (``on_the_forward_stream``): called from
-    # the capture's stream instead, each replayed backward got a stream of its own and idle
-    # gaps that grew with the graph's length (call 393). Without graphs nothing is added.
-    op = fake_operator()
-    op.use_cuda_graphs = graphs
-    a, w = _matmul_case(op)
-    inside, streams = [False], []
-
-    @contextlib.contextmanager
-    def side_stream(on):
-        before, inside[0] = inside[0], on
-        yield
-        inside[0] = before
-
-    def forward():
-        streams.append(("forward", inside[0]))
-        y = a @ w
-        y.register_hook(lambda g: streams.append(("backward", inside[0])))
-        return y
-
-    monkeypatch.setattr(tritonbench_bwd, "stream_a_graph_capture_can_join", side_stream)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    bwd_fn = op.get_bwd_fn(forward)
-    bwd_fn()
-    bwd_fn()
-    assert streams == [("forward", graphs)] + [("backward", graphs)] * 2
-    torch.testing.assert_close(w.grad, a.T @ (0.1 * _seeded_randn(6, 5)))
-
-
 def _seeded_randn(*shape):
     torch.manual_seed(0)
     return torch.randn(*shape)
