@@ -244,19 +244,23 @@ def synchronized_outside_captures(fn: Callable[[], T]) -> Callable[[], T]:
 
 @contextlib.contextmanager
 def stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
-    """With CUDA graphs, run the block (the forward) on the side stream of ``forward_stream``.
+    """With CUDA graphs, run the block (the forward) on ``forward_stream``.
 
     Autograd runs each backward op on the stream its forward op ran on. Under ``--cudagraph``
     the timed backward is captured on a side stream, and a forward that ran on the legacy
     default stream puts the backward there, which no capture can include (the capture fails:
-    cudaErrorStreamCaptureInvalidated). A side stream joins the capture through the event
-    autograd waits on when the backward starts.
+    cudaErrorStreamCaptureInvalidated). A forward on the stream the capture runs on puts the
+    whole backward in the capture's own stream; on any other side stream the capture joins it
+    through the events autograd waits on.
     """
     if not use_cuda_graphs:
         yield
         return
     caller = torch.cuda.current_stream()
     stream = forward_stream(caller.device)
+    if stream == caller:
+        yield
+        return
     stream.wait_stream(caller)
     with torch.cuda.stream(stream):
         yield
@@ -265,7 +269,7 @@ def stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
 
 @functools.cache
 def forward_stream(device: torch.device) -> torch.cuda.Stream:
-    """The one side stream of every backend's forward on a device.
+    """The one stream of every backend's forward on a device: the one CUDA graphs capture on.
 
     Every backend of an input gets the same leaf tensors, and a leaf's gradient is
     accumulated on the stream of the forward that created its accumulator, which lives as
@@ -273,8 +277,18 @@ def forward_stream(device: torch.device) -> torch.cuda.Stream:
     of their own would make every later backend's timed backward synchronize with the
     baseline's stream (autograd warns: "The AccumulateGrad node's stream does not match");
     one shared stream gives every backend the same stream layout.
+
+    That stream is ``torch.cuda.graph``'s default capture stream, on which triton's
+    ``do_bench_cudagraph`` (OLD tritonbench) and NEW tritonbench's own copy capture. A
+    backward captured on any other stream forks to the forward's stream and joins back, and a
+    replay then runs each backward on a stream of its own after an idle gap that grows with
+    the graph's length (H100, calls 393-394: 29 us of kernels a backward at 4096x1024x1024
+    bf16 replayed at 34-43 us in graphs of 300-900 backwards; one stream, call 392: 29-31).
+    Where that stream was made on another device, a side stream of the device's own.
     """
-    return torch.cuda.Stream(device)
+    with torch.cuda.device(device):
+        capture_stream = torch.cuda.graph(torch.cuda.CUDAGraph()).capture_stream
+    return capture_stream if capture_stream.device == device else torch.cuda.Stream(device)
 
 
 # Two units of rounding at the largest value. In fp16/bf16 rounding dominates the difference

@@ -700,6 +700,43 @@ def test_backends_on_shared_leaves_time_their_backward_on_one_stream():
     torch.testing.assert_close(bias.grad, dy, rtol=0, atol=0)
 
 
+def test_graphed_backward_replays_on_one_stream():
+    """OLD tritonbench's backward as the plugin installs it, captured as triton's
+    ``do_bench_cudagraph`` captures it (its warm-up call on a stream of its own, the capture
+    on ``torch.cuda.graph``'s default stream), aten first on shared leaves: a replay runs every
+    backward's kernels on one stream (with the forward on a stream of its own, each backward
+    got a stream and an idle gap of its own, NOTES 164), with the grads of float64."""
+    from types import SimpleNamespace
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from helion_ops.tritonbench_bwd import get_bwd_fn, grad_leaves
+
+    a, b = grad_leaves([make((512, 256), torch.bfloat16), make((384, 256), torch.bfloat16).T])
+    op = SimpleNamespace(example_inputs=(a, b), use_cuda_graphs=True)
+    torch.manual_seed(0)
+    dy = 0.1 * torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)  # get_bwd_fn's dy
+    a0, b0 = a.detach(), b.detach()
+    for fn in (torch.matmul, helion_ops.matmul):
+        bwd_fn = get_bwd_fn(op, functools.partial(fn, a, b))
+        with torch.cuda.stream(torch.cuda.Stream()):
+            bwd_fn()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(3):
+                    bwd_fn()
+            a.grad.fill_(float("nan"))  # the captured calls' grads, filled by the replay
+            b.grad.fill_(float("nan"))
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                graph.replay()
+                torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        assert len(kernels) >= 3, kernels
+        assert len({e.device_resource_id for e in kernels}) == 1, fn
+        assert_matches("grad of a", a.grad, dy @ b0.T, dy.double() @ b0.double().T)
+        assert_matches("grad of b", b.grad, a0.T @ dy, a0.double().T @ dy.double())
+
+
 @pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
 @pytest.mark.parametrize("op", ["gemm", "addmm"])
 def test_the_built_in_harness_times_backwards_under_cuda_graphs(op, mode):
