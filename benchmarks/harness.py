@@ -172,11 +172,11 @@ def grad_out_of(y: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], cudagraph: bool):
-    """The forward; under CUDA graphs on the plugin's side stream, which the captured backward
-    can join (one on the legacy default stream fails the capture)."""
-    from helion_ops.tritonbench_bwd import stream_a_graph_capture_can_join  # late: see functions
+    """The forward; under CUDA graphs on the plugin's ``forward_stream``, where the backward
+    is captured (one on the legacy default stream fails the capture)."""
+    from helion_ops.tritonbench_bwd import on_the_capture_stream  # late: see functions
 
-    with stream_a_graph_capture_can_join(cudagraph and inputs[0].is_cuda):
+    with on_the_capture_stream(cudagraph and inputs[0].is_cuda):
         return fn(*inputs)
 
 

@@ -64,7 +64,7 @@ def add_backward_support(operator_cls: type) -> bool:
     operator_cls.get_input_iter = get_input_iter
     operator_cls.get_bwd_fn = get_bwd_fn
     operator_cls.accuracy = accuracy
-    _make_benchmark_functions_on_the_side_stream(operator_cls)
+    _make_benchmark_functions_on_the_capture_stream(operator_cls)
     return True
 
 
@@ -74,12 +74,13 @@ def fix_native_backward(operator_cls: type) -> None:
     Leaf inputs: NEW's gemm default ``--layout tn`` makes ``w = w.T.contiguous().T`` after
     ``requires_grad_``, a non-leaf whose gradient its accuracy check never compares, so every
     backend scores 0. Each grad-requiring input becomes a leaf with the same values and strides
-    (logged once). The forward on a side stream under ``--cudagraph``: NEW's ``get_bwd_fn`` runs
-    it on the legacy default stream, and the capture of the timed backward then fails for every
-    backend (cudaErrorStreamCaptureImplicit), as OLD's did before ``forward_stream``. NEW runs
-    the forward in get_bwd_fn or in the first call of its bwd_fn, as versions differ: both run
-    on the side stream, and so does every backward (a capture joins it and returns), and so
-    does the making of each benchmark function (``_make_benchmark_functions_on_the_side_stream``).
+    (logged once). The forward on the capture stream under ``--cudagraph``: NEW's
+    ``get_bwd_fn`` runs it on the legacy default stream, and the capture of the timed backward
+    then fails for every backend (cudaErrorStreamCaptureImplicit), as OLD's did before
+    ``forward_stream``. NEW runs the forward in get_bwd_fn or in the first call of its bwd_fn,
+    as versions differ: both run on ``forward_stream``, and so does every backward, and so
+    does the making of each benchmark function
+    (``_make_benchmark_functions_on_the_capture_stream``).
     Applied once per class.
 
     Args:
@@ -105,7 +106,7 @@ def fix_native_backward(operator_cls: type) -> None:
 
     def get_bwd_fn(self: Any, fwd_fn: Callable[[], Any]) -> Callable[[], Any]:
         use_cuda_graphs = _graphs(self)
-        with stream_a_graph_capture_can_join(use_cuda_graphs):
+        with on_the_capture_stream(use_cuda_graphs):
             bwd_fn = original_bwd_fn(self, fwd_fn)
             if not use_cuda_graphs:
                 return bwd_fn
@@ -116,24 +117,24 @@ def fix_native_backward(operator_cls: type) -> None:
             first_graph = getattr(fwd_fn(), "grad_fn", None)
 
         @synchronized_outside_captures
-        def bwd_fn_on_the_side_stream() -> Any:
+        def bwd_fn_on_the_capture_stream() -> Any:
             # NEW runs the forward in the first call of bwd_fn (the accuracy check's, on the
-            # legacy default stream), not in get_bwd_fn: every call goes to the side stream.
-            with stream_a_graph_capture_can_join(True):
+            # legacy default stream), not in get_bwd_fn: every call goes to ``forward_stream``.
+            with on_the_capture_stream(True):
                 return bwd_fn()
 
-        bwd_fn_on_the_side_stream.first_graph = first_graph  # type: ignore[attr-defined]
-        return bwd_fn_on_the_side_stream
+        bwd_fn_on_the_capture_stream.first_graph = first_graph  # type: ignore[attr-defined]
+        return bwd_fn_on_the_capture_stream
 
     operator_cls.get_input_iter = get_input_iter
     operator_cls.get_bwd_fn = get_bwd_fn
-    _make_benchmark_functions_on_the_side_stream(operator_cls)
+    _make_benchmark_functions_on_the_capture_stream(operator_cls)
     operator_cls._helion_ops_fixed = True
 
 
-def _make_benchmark_functions_on_the_side_stream(operator_cls: type) -> None:
+def _make_benchmark_functions_on_the_capture_stream(operator_cls: type) -> None:
     """Under ``--cudagraph`` in the backward modes, tritonbench's ``_get_bm_func`` (which calls
-    the backend's benchmark method, then ``get_bwd_fn``) runs on the side stream: a backend
+    the backend's benchmark method, then ``get_bwd_fn``) runs on ``forward_stream``: a backend
     may record a graph when its function is made (NEW's matmul_partition_k copies ``b`` with
     ``b.contiguous()``), whose grad accumulators would otherwise keep the legacy default
     stream, and every capture of its backward would fail."""
@@ -141,7 +142,7 @@ def _make_benchmark_functions_on_the_side_stream(operator_cls: type) -> None:
 
     def _get_bm_func(self: Any, bm_func_name: str) -> Callable[[], Any]:
         backward = getattr(self.mode, "value", None) in BWD_MODES
-        with stream_a_graph_capture_can_join(_graphs(self) and backward):
+        with on_the_capture_stream(_graphs(self) and backward):
             return original_get_bm_func(self, bm_func_name)
 
     operator_cls._get_bm_func = _get_bm_func
@@ -192,7 +193,7 @@ def get_bwd_fn(self: Any, fwd_fn: Callable[[], torch.Tensor]) -> Callable[[], li
         that require grad.
     """
     inputs = [x for x in self.example_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    with stream_a_graph_capture_can_join(_graphs(self)):
+    with on_the_capture_stream(_graphs(self)):
         y = fwd_fn()
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         # OLD tritonbench turns NotImplementedError into a "not supported" cell; anything
@@ -243,11 +244,11 @@ def synchronized_outside_captures(fn: Callable[[], T]) -> Callable[[], T]:
 
 
 @contextlib.contextmanager
-def stream_a_graph_capture_can_join(use_cuda_graphs: bool) -> Iterator[None]:
+def on_the_capture_stream(use_cuda_graphs: bool) -> Iterator[None]:
     """With CUDA graphs, run the block (the forward) on ``forward_stream``.
 
     Autograd runs each backward op on the stream its forward op ran on. Under ``--cudagraph``
-    the timed backward is captured on a side stream, and a forward that ran on the legacy
+    the timed backward is captured on a stream of its own, and a forward that ran on the legacy
     default stream puts the backward there, which no capture can include (the capture fails:
     cudaErrorStreamCaptureInvalidated). A forward on the stream the capture runs on puts the
     whole backward in the capture's own stream; on any other side stream the capture joins it
@@ -380,11 +381,11 @@ def _run_keeping_grads(
 def settled_grads(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
     """Copies of the inputs' grads, complete when this returns.
 
-    Under CUDA graphs a backward runs on the forward's side stream
-    (``stream_a_graph_capture_can_join``), and its grads lie in that stream's memory pool. A
-    copy queued on the caller's stream follows that backward, but nothing orders it before the
-    next backward launched from another stream (do_bench's), which, once the grads are
-    cleared, reuses their memory: a copy still queued would read the next backward's grads.
+    Under CUDA graphs a backward runs on the forward's stream (``on_the_capture_stream``),
+    and its grads lie in that stream's memory pool. A copy queued on the caller's stream
+    follows that backward, but nothing orders it before the next backward launched from
+    another stream (do_bench's), which, once the grads are cleared, reuses their memory: a
+    copy still queued would read the next backward's grads.
     """
     grads = [None if x.grad is None else x.grad.clone() for x in inputs]
     if any(g is not None and g.is_cuda for g in grads):

@@ -18,7 +18,7 @@ import torch
 
 from helion_ops import native
 from helion_ops.autograd import addmm, matmul
-from helion_ops.tritonbench_bwd import add_backward_support, stream_a_graph_capture_can_join
+from helion_ops.tritonbench_bwd import add_backward_support, on_the_capture_stream
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -79,7 +79,7 @@ def _warmed_up(
     # also teach helion_ops' C++ path (begun at registration) the key and the backward
     # (native.warm_up_passes).
     graphs = getattr(operator, "use_cuda_graphs", False)
-    with stream_a_graph_capture_can_join(graphs):
+    with on_the_capture_stream(graphs):
         for _ in native.warm_up_passes(inputs[-1], graphs):
             out = fn()
             if out.requires_grad:

@@ -758,14 +758,14 @@ def test_the_built_in_harness_times_backwards_under_cuda_graphs(op, mode):
 
 def test_copies_of_grads_outlast_the_next_backward_from_another_stream():
     """The accuracy pass's copies of a backward's grads (``settled_grads``): under graphs the
-    grads lie in the forward's side stream's pool, and the timed backward, launched from
+    grads lie in the forward's stream's pool, and the timed backward, launched from
     do_bench's stream once they are cleared, reuses their memory. The caller's stream is held
     back (``torch.cuda._sleep``) so that a copy merely queued there would read that backward's
     grads (the harness's gemm bwd once read accuracy 0 under 16 workers, NOTES 145)."""
-    from helion_ops.tritonbench_bwd import settled_grads, stream_a_graph_capture_can_join
+    from helion_ops.tritonbench_bwd import on_the_capture_stream, settled_grads
 
     a, b = (make(s, torch.bfloat16) for s in ((512, 256), (256, 384)))
-    with stream_a_graph_capture_can_join(True):
+    with on_the_capture_stream(True):
         y = helion_ops.matmul(a, b)
     dy = torch.randn_like(y)
     y.backward(dy, retain_graph=True)

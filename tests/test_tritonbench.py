@@ -137,7 +137,7 @@ def test_bwd_fn_ends_synchronized_under_graphs_except_in_captures(
     op.use_cuda_graphs = graphs
     a, w = _matmul_case(op)
     monkeypatch.setattr(
-        tritonbench_bwd, "stream_a_graph_capture_can_join", lambda on: contextlib.nullcontext()
+        tritonbench_bwd, "on_the_capture_stream", lambda on: contextlib.nullcontext()
     )
     syncs, capturing = [], [False]
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -323,9 +323,9 @@ def test_the_first_pass_compiles_before_the_wait_for_the_cpp_build(monkeypatch, 
     # whose captures take the Python path, nothing waits for it.
     events = []
     monkeypatch.setattr(native, "ready", lambda t, *args: events.append("ready"))
-    # (The side stream that graphs need: the stream is not what this test is about.)
+    # (The capture stream that graphs need: the stream is not what this test is about.)
     monkeypatch.setattr(
-        tritonbench_plugin, "stream_a_graph_capture_can_join", lambda on: contextlib.nullcontext()
+        tritonbench_plugin, "on_the_capture_stream", lambda on: contextlib.nullcontext()
     )
     x = torch.randn(4, 4, requires_grad=True)
 
@@ -518,7 +518,7 @@ def new_operator(monkeypatch):
         yield
         STREAM_CONTEXTS.pop()
 
-    monkeypatch.setattr(tritonbench_bwd, "stream_a_graph_capture_can_join", side_stream)
+    monkeypatch.setattr(tritonbench_bwd, "on_the_capture_stream", side_stream)
 
     class Operator(FakeNewOperator):
         pass
@@ -586,7 +586,7 @@ def test_new_lazy_forward_and_every_backward_run_on_the_side_stream(new_operator
         return a @ w
 
     bwd_fn = op.get_bwd_fn(fwd_fn)
-    # Under graphs, a first graph through the inputs on the side stream, held by bwd_fn:
+    # Under graphs, a first graph through the inputs on forward_stream, held by bwd_fn:
     # the inputs' grad accumulators get its stream before NEW's fwd_bwd runs a forward of
     # its own on the legacy default stream.
     assert forwards == ([[True]] if graphs else [])
