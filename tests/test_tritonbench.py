@@ -152,6 +152,38 @@ def test_bwd_fn_ends_synchronized_under_graphs_except_in_captures(
     torch.testing.assert_close(w.grad, a.T @ (0.1 * _seeded_randn(6, 5)))
 
 
+@pytest.mark.parametrize("called_from", ["capture", "other"])
+def test_forwards_under_graphs_run_on_the_capture_stream(monkeypatch, called_from):
+    # The forward goes to forward_stream (torch.cuda.graph's capture stream, NOTES 165), with
+    # waits both ways from any other caller; a call on that stream (a capture's) waits on
+    # nothing and switches nothing.
+    log = []
+
+    class Stream(str):
+        device = "cuda:0"
+
+        def wait_stream(self, stream):
+            log.append(f"{self} waits on {stream}")
+
+    capture = Stream("capture")
+    caller = capture if called_from == "capture" else Stream("other")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: caller)
+    monkeypatch.setattr(tritonbench_bwd, "forward_stream", lambda device: capture)
+    monkeypatch.setattr(
+        torch.cuda, "stream", lambda s: log.append(f"on {s}") or contextlib.nullcontext()
+    )
+    with tritonbench_bwd.on_the_capture_stream(True):
+        log.append("forward")
+    if called_from == "capture":
+        assert log == ["forward"]
+    else:
+        assert log == ["capture waits on other", "on capture", "forward", "other waits on capture"]
+    log.clear()
+    with tritonbench_bwd.on_the_capture_stream(False):
+        log.append("forward")
+    assert log == ["forward"]
+
+
 def _seeded_randn(*shape):
     torch.manual_seed(0)
     return torch.randn(*shape)
