@@ -545,12 +545,12 @@ STREAM_CONTEXTS: list[bool] = []
 @pytest.fixture
 def new_operator(monkeypatch):
     @contextlib.contextmanager
-    def side_stream(use_cuda_graphs):
+    def capture_stream(use_cuda_graphs):
         STREAM_CONTEXTS.append(use_cuda_graphs)
         yield
         STREAM_CONTEXTS.pop()
 
-    monkeypatch.setattr(tritonbench_bwd, "on_the_capture_stream", side_stream)
+    monkeypatch.setattr(tritonbench_bwd, "on_the_capture_stream", capture_stream)
 
     class Operator(FakeNewOperator):
         pass
@@ -573,7 +573,7 @@ def test_new_gets_leaf_inputs_that_keep_their_strides(new_operator, caplog):
     assert not w_no_grad.is_leaf  # untouched without grad
 
 
-def test_new_forward_runs_on_the_side_stream_under_cuda_graphs(new_operator):
+def test_new_forward_runs_on_the_capture_stream_under_cuda_graphs(new_operator):
     op = new_operator()
     a, w, _, _ = next(op.get_input_iter())
     op.get_bwd_fn(lambda: a @ w)
@@ -603,7 +603,7 @@ class FakeLazyNewOperator(FakeNewOperator):
 
 
 @pytest.mark.parametrize("graphs", [False, True])
-def test_new_lazy_forward_and_every_backward_run_on_the_side_stream(new_operator, graphs):
+def test_new_lazy_forward_and_every_backward_run_on_the_capture_stream(new_operator, graphs):
     class Operator(FakeLazyNewOperator, new_operator):
         pass
 
@@ -637,7 +637,7 @@ def test_new_lazy_forward_and_every_backward_run_on_the_side_stream(new_operator
                          ("bwd", False, False)],
 )  # fmt: skip
 @pytest.mark.parametrize("tritonbench", ["new", "old"])
-def test_benchmark_functions_are_made_on_the_side_stream(
+def test_benchmark_functions_are_made_on_the_capture_stream(
     new_operator, fake_operator, tritonbench, mode, graphs, side
 ):
     """A backend that records a graph while its benchmark function is made (NEW's
