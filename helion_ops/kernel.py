@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ from helion_ops.configs import (
     model_pair,
     operands_key,
     select_config,
+    sm_count,
     splits_k,
     transposed_pays,
     tuned_pair,
@@ -670,7 +672,7 @@ def launch_mm_pair(
     if plan is None and not capturing(a1):
         plan = _fast_pair_eager.get(fast_key, _UNSEEN)
     if plan is None:  # seen before: two launches
-        return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
+        return two_launches(a1, b1, a2, b2, alpha)
     if plan is not _UNSEEN and _allocator_set.get():
         return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
     # Operands copied once for both products (the backward's grad_out): fp32 ones laid out as
@@ -715,7 +717,52 @@ def launch_mm_pair(
         fast = (plans, fast_key)
         kernel = _kernel_for(a1.dtype, pair=True)
         return _run(kernel, (*operands, scaled(alpha), scaled(alpha)), fast=fast)
-    return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
+    return two_launches(a1, b1, a2, b2, alpha)
+
+
+# The most waves of 128x128 output tiles the other product may have to run beside a long-K
+# one (H100, bf16, NOTES 166): at 14-31 waves its tail and the split's zeroing and cast were
+# 1.5-5% of the pair's time and running side by side gained about that; at 118-237 waves
+# (1e6-row inputs) the two streams only contend for memory, 1-13% slower.
+SIDE_BY_SIDE_MAX_WAVES = 64
+# The side stream of each device (``two_launches``).
+_side_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def side_by_side(
+    mnk1: tuple[int, int, int], mnk2: tuple[int, int, int], dtype: torch.dtype, sms: int
+) -> bool:
+    """Whether a backward's two launches run side by side, on two streams: where exactly one
+    is a long-K product (``long_k_product``: a tall input's weight gradient, split over K),
+    whose zeroed fp32 sums, cast and last programs leave SMs idle, and the other has at most
+    ``SIDE_BY_SIDE_MAX_WAVES`` waves of tiles to fill them with."""
+    long1, long2 = long_k_product(*mnk1, dtype), long_k_product(*mnk2, dtype)
+    if long1 == long2:
+        return False
+    m, n, _ = mnk2 if long1 else mnk1
+    return math.ceil(m / 128) * math.ceil(n / 128) <= SIDE_BY_SIDE_MAX_WAVES * sms
+
+
+def two_launches(
+    a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``launch_mm_pair``'s two launches: the second on a stream of its own where
+    ``side_by_side``, joined before they return (inside a CUDA graph capture too: the side
+    stream forks from the capturing stream and joins it)."""
+    mnks = (product_mnk(a1, b1), product_mnk(a2, b2))
+    if not (a1.is_cuda and side_by_side(*mnks, a1.dtype, sm_count(a1.device))):
+        return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
+    main = torch.cuda.current_stream(a1.device)
+    side = _side_streams.get(a1.device)
+    if side is None:
+        side = _side_streams[a1.device] = torch.cuda.Stream(a1.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        second = launch_mm(a2, b2, alpha)
+    first = launch_mm(a1, b1, alpha)
+    main.wait_stream(side)
+    second.record_stream(main)  # made on the side stream, used and freed on the main one
+    return first, second
 
 
 def launch_mm(

@@ -38,6 +38,7 @@ from helion_ops.kernel import (
     pair_kernel,
     scaled,
     scaled_plus_bias,
+    side_by_side,
     split_k_kernel,
     split_k_pieces_kernel,
     transposed_kernel,
@@ -279,6 +280,25 @@ def test_thin_and_split_k_products_are_not_the_models(m, n, k):
         assert not wants_pair((m, n, k), (64, 64, 64), dtype)
     assert modelled(m, n, k, torch.float32) is not wants_split_k(m, n, k, torch.float32)
     assert modelled(1024, 1024, 4096, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "m,n,k,beside",
+    [
+        (20120, 512, 1536, True),  # tritonbench's addmm: dX on 14 waves beside dW's split
+        (32768, 512, 2048, True),  # 31 waves
+        (1000000, 512, 512, False),  # 237 waves: the streams would only contend for memory
+        (4096, 4096, 4096, False),  # no long-K product
+        (4096, 50257, 768, True),  # an LM head's: dX the long-K product, dW on 18 waves
+    ],
+)
+def test_a_tall_backward_runs_side_by_side_where_the_other_product_fills_the_tails(m, n, k, beside):
+    """``kernel.side_by_side`` on a backward's two products (``a.T @ dy``, ``dy @ b.T``) of an
+    ``m x n x k`` forward on 132 SMs, in either order."""
+    dw, dx = (k, n, m), (m, k, n)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert side_by_side(dw, dx, dtype, 132) is beside
+        assert side_by_side(dx, dw, dtype, 132) is beside
 
 
 @pytest.mark.parametrize(

@@ -737,6 +737,33 @@ def test_graphed_backward_replays_on_one_stream():
         assert_matches("grad of b", b.grad, a0.T @ dy, a0.double().T @ dy.double())
 
 
+def test_a_tall_backward_runs_its_two_products_side_by_side():
+    """A tall input's backward (its weight gradient a long-K product, split over K) runs the
+    other product on a stream of its own: a capture keeps the two streams, and the grads of
+    the first eager call and of a replay (outputs poisoned before it) match float64's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a, b = make((20120, 1536), torch.bfloat16), make((1536, 512), torch.bfloat16)
+    dy = torch.randn(20120, 512, device="cuda", dtype=torch.bfloat16)
+    a0, b0 = a.detach(), b.detach()
+
+    def backward():
+        return torch.autograd.grad(helion_ops.matmul(a, b), (a, b), dy)
+
+    grads = backward()
+    graph, captured = capture(backward)
+    for g in captured:
+        g.fill_(float("nan"))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len({e.device_resource_id for e in kernels}) == 2, kernels
+    for got in (grads, captured):
+        assert_matches("grad of a", got[0], dy @ b0.T, dy.double() @ b0.double().T)
+        assert_matches("grad of b", got[1], a0.T @ dy, a0.double().T @ dy.double())
+
+
 @pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
 @pytest.mark.parametrize("op", ["gemm", "addmm"])
 def test_the_built_in_harness_times_backwards_under_cuda_graphs(op, mode):
