@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import subprocess
@@ -299,6 +300,55 @@ def test_a_tall_backward_runs_side_by_side_where_the_other_product_fills_the_tai
     for dtype in (torch.bfloat16, torch.float16):
         assert side_by_side(dw, dx, dtype, 132) is beside
         assert side_by_side(dx, dw, dtype, 132) is beside
+
+
+def test_side_by_side_launches_fork_from_the_current_stream_and_join_it(monkeypatch):
+    """``kernel.two_launches`` where ``side_by_side``: the side stream waits on the current one,
+    runs the second product, the first runs on the current stream, which then waits on the
+    side one, and the side's output is marked as used on the current stream (its memory is
+    made on the side stream)."""
+    from helion_ops import kernel
+
+    log = []
+
+    class Stream(str):
+        def wait_stream(self, stream):
+            log.append(f"{self} waits on {stream}")
+
+    class Output(str):
+        def record_stream(self, stream):
+            log.append(f"{self} used on {stream}")
+
+    main, side, on = Stream("main"), Stream("side"), ["main"]
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        on.append(stream)
+        yield
+        on.pop()
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(kernel, "side_by_side", lambda *args: True)
+    monkeypatch.setattr(kernel, "sm_count", lambda device: 132)
+    monkeypatch.setattr(kernel, "_side_streams", {})
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: main)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+
+    def launch_mm(a, b, alpha):
+        log.append(f"{a.shape[0]}x{b.shape[1]} on {on[-1]}")
+        return Output(f"{a.shape[0]}x{b.shape[1]}")
+
+    monkeypatch.setattr(kernel, "launch_mm", launch_mm)
+    a1, b1, a2, b2 = (torch.empty(s) for s in [(8, 64), (64, 4), (16, 8), (8, 64)])
+    assert kernel.two_launches(a1, b1, a2, b2, 1.0) == ("8x4", "16x64")
+    assert log == [
+        "side waits on main",
+        "16x64 on side",
+        "8x4 on main",
+        "main waits on side",
+        "16x64 used on main",
+    ]
 
 
 @pytest.mark.parametrize(
