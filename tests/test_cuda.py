@@ -764,6 +764,23 @@ def test_a_tall_backward_runs_its_two_products_side_by_side():
         assert_matches("grad of b", got[1], a0.T @ dy, a0.double().T @ dy.double())
 
 
+def test_a_tall_backward_side_by_side_under_cuda_graph_trees():
+    """torch.compile's CUDA graph trees (``mode="reduce-overhead"``: a warm-up step, a
+    captured one, then replays) over a tall backward whose products run side by side, the
+    side one's output made on the side stream: every step's grads match float64's."""
+    torch._dynamo.reset()
+    a, b = make((20120, 1536), torch.bfloat16), make((1536, 512), torch.bfloat16)
+    dy = torch.randn(20120, 512, device="cuda", dtype=torch.bfloat16)
+    a0, b0 = a.detach(), b.detach()
+    step = torch.compile(helion_ops.matmul, mode="reduce-overhead")
+    for _ in range(4):
+        a.grad = b.grad = None
+        step(a, b).backward(dy)
+        torch.cuda.synchronize()
+        assert_matches("grad of a", a.grad, dy @ b0.T, dy.double() @ b0.double().T)
+        assert_matches("grad of b", b.grad, a0.T @ dy, a0.double().T @ dy.double())
+
+
 @pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
 @pytest.mark.parametrize("op", ["gemm", "addmm"])
 def test_the_built_in_harness_times_backwards_under_cuda_graphs(op, mode):
