@@ -725,8 +725,6 @@ def launch_mm_pair(
 # 1.5-5% of the pair's time and running side by side gained about that; at 118-237 waves
 # (1e6-row inputs) the two streams only contend for memory, 1-13% slower.
 SIDE_BY_SIDE_MAX_WAVES = 64
-# The side stream of each device (``two_launches``).
-_side_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
 def side_by_side(
@@ -743,6 +741,12 @@ def side_by_side(
     return math.ceil(m / 128) * math.ceil(n / 128) <= SIDE_BY_SIDE_MAX_WAVES * sms
 
 
+@functools.cache
+def side_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream ``two_launches`` runs a second product on, one per device."""
+    return torch.cuda.Stream(device)
+
+
 def two_launches(
     a1: torch.Tensor, b1: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, alpha: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -752,10 +756,7 @@ def two_launches(
     mnks = (product_mnk(a1, b1), product_mnk(a2, b2))
     if not (a1.is_cuda and side_by_side(*mnks, a1.dtype, sm_count(a1.device))):
         return launch_mm(a1, b1, alpha), launch_mm(a2, b2, alpha)
-    main = torch.cuda.current_stream(a1.device)
-    side = _side_streams.get(a1.device)
-    if side is None:
-        side = _side_streams[a1.device] = torch.cuda.Stream(a1.device)
+    main, side = torch.cuda.current_stream(a1.device), side_stream(a1.device)
     side.wait_stream(main)
     with torch.cuda.stream(side):
         second = launch_mm(a2, b2, alpha)

@@ -330,9 +330,8 @@ def test_side_by_side_launches_fork_from_the_current_stream_and_join_it(monkeypa
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(kernel, "side_by_side", lambda *args: True)
     monkeypatch.setattr(kernel, "sm_count", lambda device: 132)
-    monkeypatch.setattr(kernel, "_side_streams", {})
+    monkeypatch.setattr(kernel, "side_stream", lambda device: side)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: main)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
     monkeypatch.setattr(torch.cuda, "stream", on_stream)
 
     def launch_mm(a, b, alpha):
