@@ -128,7 +128,7 @@ def pair_rule(
     at least 64 of them (half the SMs), else 64x64; pointer indexing (a few K steps per
     tile), K blocks of 128 bytes. On the H200 (bf16) these were the best or within 5% of the
     best of 18 candidates at 256^3, 512^3 and 1024^3."""
-    tiles = sum(-(-m // 128) * -(-n // 128) for m, n, _ in (mnk1, mnk2))
+    tiles = sum(tiles_of_128(m, n) for m, n, _ in (mnk1, mnk2))
     tile = 128 if tiles >= 64 else 64
     block_k = 128 // dtype.itemsize
     return helion.Config(
@@ -399,6 +399,11 @@ def last_wave_config(
     )
 
 
+def tiles_of_128(m: int, n: int) -> int:
+    """How many 128x128 tiles an m x n output takes: the unit the wave rules count in."""
+    return math.ceil(m / 128) * math.ceil(n / 128)
+
+
 @functools.cache
 def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -442,8 +447,7 @@ def transposed_pays(a: torch.Tensor, b: torch.Tensor, epilogue: str = "plain") -
     if few_rows(a, b):
         return False
     (m, k), n = a.shape, b.shape[1]
-    tiles = math.ceil(m / 128) * math.ceil(n / 128)
-    if k < TRANSPOSED_MIN_K and tiles > TRANSPOSED_MAX_WAVES * sm_count(a.device):
+    if k < TRANSPOSED_MIN_K and tiles_of_128(m, n) > TRANSPOSED_MAX_WAVES * sm_count(a.device):
         return False
     return not has_entry(a, b, epilogue)
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +65,7 @@ from helion_ops.configs import (
     select_config,
     sm_count,
     splits_k,
+    tiles_of_128,
     transposed_pays,
     tuned_pair,
 )
@@ -738,7 +738,7 @@ def side_by_side(
     if long1 == long2:
         return False
     m, n, _ = mnk2 if long1 else mnk1
-    return math.ceil(m / 128) * math.ceil(n / 128) <= SIDE_BY_SIDE_MAX_WAVES * sms
+    return tiles_of_128(m, n) <= SIDE_BY_SIDE_MAX_WAVES * sms
 
 
 @functools.cache
