@@ -23,7 +23,7 @@ from test_ops import make
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import helion_ops
-from helion_ops import autograd, kernel, narrow_tiles, native, plans
+from helion_ops import autograd, kernel, long_k, narrow_tiles, native, plans
 
 needs_cuda = pytest.mark.cuda
 
@@ -738,7 +738,7 @@ def test_a_split_k_forward_replayed(extension, monkeypatch):
     torch.use_deterministic_algorithms(False)  # (the poisoning fixture turns it back on)
     m, n, k, dtype = 16, 2048, 8195, torch.bfloat16
     assert narrow_tiles.thin(m, n, k) and kernel.wants_split_k(m, n, k, dtype)
-    assert not kernel.few_tiles_long_k(m, n, k)
+    assert not long_k.few_tiles_long_k(m, n, k)
     a, b = make((m, k), dtype), make((k, n), dtype)
     grad_out = torch.randn(m, n, device="cuda", dtype=dtype)
     for call in range(4):
