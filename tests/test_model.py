@@ -53,8 +53,8 @@ NARROW_SECOND_DRAW_CSV = SHAPE_SETS / "narrow_second_draw.csv"
 # drawn on 2026-12-05 as validation.csv was, before any run, to measure the current code
 # (results README: "a fourth draw").
 FOURTH_DRAW_CSV = SHAPE_SETS / "fourth_draw.csv"
-# The same, drawn on 2026-12-07 before any run, from models no earlier set holds (results
-# README: "a fifth draw").
+# The same, drawn on 2026-12-07 before any run, from models no earlier set holds (NOTES 173;
+# not yet measured).
 FIFTH_DRAW_CSV = SHAPE_SETS / "fifth_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
