@@ -53,8 +53,7 @@ NARROW_SECOND_DRAW_CSV = SHAPE_SETS / "narrow_second_draw.csv"
 # drawn on 2026-12-05 as validation.csv was, before any run, to measure the current code
 # (results README: "a fourth draw").
 FOURTH_DRAW_CSV = SHAPE_SETS / "fourth_draw.csv"
-# The same, drawn on 2026-12-07 before any run, from models no earlier set holds (NOTES 173;
-# not yet measured).
+# The same, drawn on 2026-12-07 before any run, from models no earlier set holds (NOTES 173).
 FIFTH_DRAW_CSV = SHAPE_SETS / "fifth_draw.csv"
 TUNED = Path(configs.__file__).parent / "tuned"
 MODEL_FIT = SHAPE_SETS.parent / "results" / "2026-11-30_h200_any_shape" / "model_fit"
