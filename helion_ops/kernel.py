@@ -77,7 +77,14 @@ from helion_ops.narrow_tiles import (
     thin,
 )
 from helion_ops.plans import DirectLauncher, LaunchPlan, plan_for, record_result
-from helion_ops.staging import fp32_copies, lined_columns, relaid, splits_over_k_as_it_is, staged
+from helion_ops.staging import (
+    fp32_copies,
+    lined_columns,
+    lined_copies,
+    relaid,
+    splits_over_k_as_it_is,
+    staged,
+)
 from helion_ops.table import product_mnk
 
 logger = logging.getLogger(__name__)
@@ -367,9 +374,10 @@ _UNSEEN = object()
 _fast_split: dict[tuple[Any, ...], LaunchPlan] = {}
 # Products that split only under a CUDA graph capture whose split an eager call has compiled.
 _splits_compiled: set[tuple[Any, ...]] = set()
-# fp32 keys (of any launcher: their lengths differ) whose operands run from copies laid out as
-# their dots read fast (``staging.fp32_copies``, which the key decides): the dimension each
-# operand is copied along. The copies' own keys then take the fast path.
+# Keys (of any launcher: their lengths differ) whose operands run from copies (``_relaid``:
+# fp32 ones laid out as their dots read fast, fp16/bf16 ones onto 128-byte lines; the key
+# decides): the dimension each operand is copied along, or () where none is. The copies' own
+# keys then take the fast path.
 _fast_relaid: dict[tuple[Any, ...], tuple[int | None, ...]] = {}
 # The copies' plans, by the copied view's sizes, strides, dtype, device and 16-byte alignment.
 _fast_copy: dict[tuple[Any, ...], LaunchPlan] = {}
@@ -676,9 +684,10 @@ def launch_mm_pair(
     if plan is not _UNSEEN and _allocator_set.get():
         return plan(a1, b1, a2, b2, scaled(alpha), scaled(alpha))
     # Operands copied once for both products (the backward's grad_out): fp32 ones laid out as
-    # their dots read slowly (which this key then keeps: _fast_relaid), unaligned fp16/bf16
-    # ones where that pays (``staging.staged``); entries are made for the copies only.
-    copies = _fp32_relaid(fast_key, a1, b1, a2, b2)
+    # their dots read fast and fp16/bf16 ones onto 128-byte lines where that pays (which this
+    # key then keeps: _fast_relaid), unaligned fp16/bf16 ones where that pays
+    # (``staging.staged``); entries are made for the copies only.
+    copies = _relaid(fast_key, a1, b1, a2, b2)
     if copies is not None:
         return launch_mm_pair(*copies, alpha)
     aligned = staged([(a1, b1), (a2, b2)])
@@ -792,7 +801,7 @@ def launch_mm(
     if split is not None and alpha != 0 and _allocator_set.get() and not deterministic_algorithms():
         return _split_k_result(split(a, b), None, alpha, 1.0, a)
     dims = _fast_relaid.get(fast_key)
-    if dims is not None and alpha != 0:
+    if dims and alpha != 0:
         return launch_mm(*relaid((a, b), dims, tiled_padded_copy), alpha)
     if check is not None:
         check(a, b)
@@ -839,7 +848,7 @@ def launch_addmm(
         if split is not None and _allocator_set.get() and not deterministic_algorithms():
             return _split_k_result(split(a, b), bias, alpha, beta, a)
         dims = _fast_relaid.get(fast_key)
-        if dims is not None:
+        if dims:
             return launch_addmm(bias, *relaid((a, b), dims, tiled_padded_copy), alpha, beta)
     if check is not None:
         check(bias, a, b, alpha, beta)
@@ -863,11 +872,12 @@ def launch_addmm(
         # autograd records it (torch's rule for a custom Function's views).
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1].clone()
 
-    # fp32 operands laid out as their dots read slowly, and unaligned fp16/bf16 operands of a
-    # product long enough to pay for copying them, run from copies; the copies' own key then
-    # takes the fast path (an fp32 key keeps which operands to copy: _fast_relaid).
+    # fp32 operands laid out as their dots read fast, fp16/bf16 operands off 128-byte lines,
+    # and unaligned fp16/bf16 operands, of a product long enough to pay for copying them, run
+    # from copies; the copies' own key then takes the fast path (a key keeps which operands
+    # it copies onto lines or for the dots: _fast_relaid).
     key = mm_key if bias is None else fast_key
-    copies = _fp32_relaid(key, a, b)
+    copies = _relaid(key, a, b)
     aligned = [tuple(copies)] if copies is not None else staged([(a, b)])
     if aligned is not None:
         if bias is None:
@@ -931,20 +941,21 @@ def launch_addmm(
     return _run(kernel, (a, b, scaled_plus_bias(alpha, beta, bias_mn)), (bias_mn,), fast)
 
 
-def _fp32_relaid(key: tuple[Any, ...] | None, *operands: torch.Tensor) -> list | None:
-    """fp32 ``operands`` (a product's a, b, or a pair's four) with those their dots read
-    slowly copied as they read fast (``staging.fp32_copies``, ``staging.relaid``), the
-    decision kept for the launcher's ``key`` (``_fast_relaid``); None where none is copied."""
-    if operands[0].dtype is not torch.float32:
-        return None
+def _relaid(key: tuple[Any, ...] | None, *operands: torch.Tensor) -> list | None:
+    """``operands`` (a product's a, b, or a pair's four) with those the kernels read slowly
+    copied as they read fast (``staging.relaid``), the decision kept for the launcher's
+    ``key`` (``_fast_relaid``); None where none is copied. fp32 operands are laid out as
+    their dots read fast (``staging.fp32_copies``); fp16 and bf16 ones whose rows start off
+    128-byte lines are copied onto them where the wave model predicts it pays
+    (``staging.lined_copies``)."""
     dims = _fast_relaid.get(key)
     if dims is None:
-        dims = fp32_copies(list(zip(operands[::2], operands[1::2], strict=True)))
-        if dims is None:
-            return None
+        products = list(zip(operands[::2], operands[1::2], strict=True))
+        decide = fp32_copies if operands[0].dtype is torch.float32 else lined_copies
+        dims = decide(products) or ()
         if key is not None:
             _fast_relaid[key] = dims
-    return relaid(operands, dims, tiled_padded_copy)
+    return relaid(operands, dims, tiled_padded_copy) if dims else None
 
 
 def tiled_padded_copy(view: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,8 @@ kernel (``kernel.tiled_padded_copy``).
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -52,6 +54,11 @@ COPY_MS = 0.003
 # products of no set (call 300, NOTES 129): the 18 it left unstaged 1.13-1.41x as fast as
 # staged.
 UNSTAGED_GAIN = 1.2
+# What copying one byte of an operand whose rows lie on 16 bytes onto 128-byte lines costs, by
+# the tiled copy kernel (``kernel.tiled_padded_copy``), plus a launch (``COPY_MS``): the byte
+# read and written at about 2.7 TB/s (H100, bf16, call 425: 22-32 MB in 16-26 us; tensors
+# small enough to stay in L2 copied faster, 13.5 MB in 6.1 us).
+LINED_COPY_MS_PER_BYTE = 2 / 2.7e9
 
 _decisions: dict[tuple, bool] = {}
 
@@ -228,3 +235,85 @@ def staging_pays(
         return False
     copy_ms = sum(COPY_MS + COPY_MS_PER_BYTE * size for size in copies)
     return aligned[0] + copy_ms < UNSTAGED_GAIN * unstaged[0]
+
+
+def lined_copies(
+    products: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[int | None, ...] | None:
+    """For each operand of a launch's fp16/bf16 products, in order (a1, b1, a2, b2, ...), the
+    dimension along which it is copied so that its rows (columns, where column-major) start
+    on 128-byte lines (its own unit-stride one: the copy keeps its layout), None where it is
+    read as it is; None where nothing is copied. Rows off lines cost the kernels' loads
+    15-45% (NOTES 90, 176); copied inside the step, one operand of a forward ran 0.99-1.32x
+    and a backward with grad_out copied once for both of its products 1.12-1.34x as fast
+    (H100, bf16, six products of no set, NOTES 176). The copies are ``cheapest_lines``' (the
+    wave model's choice, where ``stages_onto_lines``); a tensor that several products read
+    counts once, as ``relaid`` copies it once."""
+    if not stages_onto_lines(products):
+        return None
+    tensors = {id(t): t for p in products for t in p}
+    index = {key: i for i, key in enumerate(tensors)}
+    chosen = cheapest_lines(
+        model_without_entry(*products[0]),
+        [model_product(a, b) for a, b in products],
+        [(index[id(a)], index[id(b)]) for a, b in products],
+        [t.numel() * t.element_size() for t in tensors.values()],
+    )
+    if not chosen:
+        return None
+    return tuple(
+        t.stride().index(1) if index[id(t)] in chosen else None for p in products for t in p
+    )
+
+
+def stages_onto_lines(products: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Whether ``lined_copies`` weighs copying the products' operands onto lines: some
+    operand's rows start off them, and every product is fp16 or bf16 on a GPU whose wave
+    model prices it (no table entry), 16-byte aligned, and neither a few rows' product on
+    narrow tiles nor a long-K split as it is (the model's plain kernels describe neither;
+    ``worth_staging`` keeps both as they are too)."""
+    return (
+        all(a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) for a, _ in products)
+        and any(any(rows_off_lines(a, b)) for a, b in products)
+        and all(
+            tma_aligned(a, b)
+            and not few_rows(a, b)
+            and not splits_over_k_as_it_is(a, b)
+            and model_without_entry(a, b) is not None
+            for a, b in products
+        )
+    )
+
+
+def cheapest_lines(
+    model: Model,
+    products: Sequence[Product],
+    operands: Sequence[tuple[int, int]],
+    sizes: Sequence[int],
+) -> frozenset[int]:
+    """Which operands to copy onto 128-byte lines: of every set of the operands off lines,
+    the one of least predicted time, the products' (``Model.best_plain``, each operand of
+    the set on lines) plus its copies' (``LINED_COPY_MS_PER_BYTE``); the empty set where
+    copying none is as fast. ``operands``: each product's a and b as indices into ``sizes``
+    (each operand's bytes), one index for a tensor several products read."""
+    off = sorted(
+        {
+            i
+            for p, pair in zip(products, operands, strict=True)
+            for i, o in zip(pair, p.off_lines, strict=True)
+            if o
+        }
+    )
+
+    def predicted(lined: frozenset[int]) -> float:
+        total = sum(COPY_MS + LINED_COPY_MS_PER_BYTE * sizes[i] for i in lined)
+        for p, pair in zip(products, operands, strict=True):
+            lines = tuple(o and i not in lined for i, o in zip(pair, p.off_lines, strict=True))
+            best = model.best_plain(p._replace(off_lines=lines))
+            if best is None:
+                return math.inf
+            total += best[0]
+        return total
+
+    sets = [frozenset(c) for r in range(len(off) + 1) for c in itertools.combinations(off, r)]
+    return min(sets, key=predicted)  # (the empty set first: a tie copies nothing)
