@@ -141,17 +141,26 @@ def relaid(
     copy_rows: Callable[[torch.Tensor], torch.Tensor] = padded_copy,
 ) -> list[torch.Tensor]:
     """``operands``, each with a dimension in ``dims`` replaced by its ``contiguous_copy``
-    along it (by ``copy_rows``); a tensor given twice along one dimension is copied once."""
-    copies: dict[tuple[int, int], torch.Tensor] = {}
+    along it (by ``copy_rows``); memory given twice along one dimension is copied once, a
+    transposed view of it too (the backward's grad_out and grad_out.T)."""
+    copies: dict[tuple, torch.Tensor] = {}  # by the copied view's ``memory_key``
+    given: dict[tuple, torch.Tensor] = {}  # by the operand's, and its dimension
     out = []
     for t, dim in zip(operands, dims, strict=True):
         if dim is not None:
-            key = (id(t), dim)
+            view = t if dim == 1 else t.T  # contiguous along the view's columns
+            key = memory_key(view)
             if key not in copies:
-                copies[key] = contiguous_copy(t, dim, copy_rows)
-            t = copies[key]
+                copies[key] = contiguous_copy(view, 1, copy_rows)
+            t = given.setdefault((memory_key(t), dim), copies[key] if dim == 1 else copies[key].T)
         out.append(t)
     return out
+
+
+def memory_key(t: torch.Tensor) -> tuple:
+    """What tells a tensor's values apart from another's without reading them: its address,
+    sizes and strides."""
+    return t.data_ptr(), t.shape, t.stride()
 
 
 def contiguous_copy(
@@ -248,22 +257,29 @@ def lined_copies(
     and a backward with grad_out copied once for both of its products 1.12-1.34x as fast
     (H100, bf16, six products of no set, NOTES 176). The copies are ``cheapest_lines``' (the
     wave model's choice, where ``stages_onto_lines``); a tensor that several products read
-    counts once, as ``relaid`` copies it once."""
+    (the backward's grad_out, or grad_out and its transposed view) counts once, as
+    ``relaid`` copies it once."""
     if not stages_onto_lines(products):
         return None
-    tensors = {id(t): t for p in products for t in p}
+    tensors = {_rows_key(t): t for p in products for t in p}
     index = {key: i for i, key in enumerate(tensors)}
     chosen = cheapest_lines(
         model_without_entry(*products[0]),
         [model_product(a, b) for a, b in products],
-        [(index[id(a)], index[id(b)]) for a, b in products],
+        [(index[_rows_key(a)], index[_rows_key(b)]) for a, b in products],
         [t.numel() * t.element_size() for t in tensors.values()],
     )
     if not chosen:
         return None
     return tuple(
-        t.stride().index(1) if index[id(t)] in chosen else None for p in products for t in p
+        t.stride().index(1) if index[_rows_key(t)] in chosen else None for p in products for t in p
     )
+
+
+def _rows_key(t: torch.Tensor) -> tuple:
+    """``memory_key`` of ``t`` laid out along its unit stride (``t.T`` where column-major):
+    one for a tensor and its transposed view, which one copy serves (``relaid``)."""
+    return memory_key(t if t.stride(-1) == 1 else t.T)
 
 
 def stages_onto_lines(products: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bool:

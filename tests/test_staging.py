@@ -383,3 +383,134 @@ def test_fp32_matmul_from_relaid_operands_against_float64(tf32, monkeypatch, lay
     assert launched
     for operands in launched:
         assert _read_fast(list(zip(operands[::2], operands[1::2], strict=True)), tf32)
+
+
+class _Rates:
+    """A stand-in wave model: a product takes ``ms`` plus ``off_ms`` for each operand off
+    128-byte lines."""
+
+    def __init__(self, ms: float, off_ms: float) -> None:
+        self.ms, self.off_ms = ms, off_ms
+
+    def best_plain(self, product: Product):
+        return self.ms + self.off_ms * sum(product.off_lines), None
+
+
+def _ms_of_copying(size: int) -> float:
+    return staging.COPY_MS + staging.LINED_COPY_MS_PER_BYTE * size
+
+
+def test_cheapest_lines_weighs_the_copies_against_what_they_save():
+    """Copies onto lines where they save more than they cost; of two operands off lines the
+    cheaper to copy; nothing on a tie; a tensor that both products read counts once."""
+    size = 10_000_000  # bytes
+    copy = _ms_of_copying(size)
+    product = Product(2600, 2600, 2600, "rr", True, SMS, (True, True))
+    saves_more = _Rates(0.1, 2 * copy)
+    assert staging.cheapest_lines(saves_more, [product], [(0, 1)], [size, size]) == {0, 1}
+    assert staging.cheapest_lines(saves_more, [product], [(0, 1)], [size, 2 * size]) == {0, 1}
+    saves_less = _Rates(0.1, 0.9 * copy)
+    assert staging.cheapest_lines(saves_less, [product], [(0, 1)], [size, size]) == set()
+    # Saving 1.5 copies' time an operand: the smaller one only (copying the larger, 3x the
+    # bytes, costs more than it saves).
+    one = _Rates(0.1, 1.5 * copy)
+    assert staging.cheapest_lines(one, [product], [(0, 1)], [size, 3 * size]) == {0}
+    tie = _Rates(0.1, copy)
+    assert staging.cheapest_lines(tie, [product], [(0, 1)], [size, 10 * size]) == set()
+    on_lines = product._replace(off_lines=(False, False))
+    assert staging.cheapest_lines(saves_more, [on_lines], [(0, 1)], [size, size]) == set()
+    # A backward's pair: grad_out (0) is read by both products, b.T (1) and a.T (2) by one
+    # each. Saving 0.6 copies' time per product it is read by: grad_out alone pays.
+    pair = [product, product]
+    shared = _Rates(0.1, 0.6 * copy)
+    assert staging.cheapest_lines(shared, pair, [(0, 1), (2, 0)], [size] * 3) == {0}
+
+
+def test_the_shipped_model_copies_grad_out_once_for_a_backward_off_lines():
+    """The shipped model's choice for 1800x6200x2200 (bf16, every size off lines; H100, call
+    425, NOTES 176: forward 1.32x as fast with a copied, backward 1.16x with grad_out and b
+    copied): the forward copies a, the smaller operand; the backward's pair copies grad_out,
+    which both its products read, and b."""
+    m, n, k = 1800, 6200, 2200
+    model = shipped_model("sm90")
+    forward = Product(m, n, k, "rr", True, SMS, (True, True))
+    assert staging.cheapest_lines(model, [forward], [(0, 1)], [m * k * 2, k * n * 2]) == {0}
+    grad_a = Product(m, k, n, "rc", True, SMS, (True, True))  # grad_out @ b.T
+    grad_b = Product(k, n, m, "cr", True, SMS, (True, True))  # a.T @ grad_out
+    sizes = [m * n * 2, k * n * 2, m * k * 2]  # grad_out, b, a
+    chosen = staging.cheapest_lines(model, [grad_a, grad_b], [(0, 1), (2, 0)], sizes)
+    assert chosen == {0, 1}
+
+
+def test_nothing_is_copied_onto_lines_without_a_gpu_model():
+    a = torch.randn(48, 72, dtype=torch.float16)  # rows of 144 bytes: on 16, off 128
+    b = torch.randn(72, 40, dtype=torch.float16)
+    assert loads.rows_off_lines(a, b) == (True, True) and loads.tma_aligned(a, b)
+    assert staging.lined_copies([(a, b)]) is None  # on the CPU
+
+
+@pytest.fixture
+def onto_lines(monkeypatch):
+    """Copy every fp16/bf16 operand off 128-byte lines onto them (the CPU has no model to
+    decide), counting the copies (each copied view's shape) and the decisions."""
+    copies, decisions, real_copy = [], [], staging.contiguous_copy
+
+    def contiguous_copy(t, dim, copy_rows):
+        assert copy_rows is kernel.tiled_padded_copy  # the launchers copy by the tiled kernel
+        copies.append(tuple(t.shape))
+        return real_copy(t, dim, copy_rows)
+
+    def lined_copies(products):
+        decisions.append(len(products))
+        dims = [
+            t.stride().index(1) if any(loads.rows_off_lines(t, t)) else None
+            for p in products
+            for t in p
+        ]
+        return tuple(dims) if any(d is not None for d in dims) else None
+
+    monkeypatch.setattr(staging, "contiguous_copy", contiguous_copy)
+    monkeypatch.setattr(kernel, "lined_copies", lined_copies)
+    kernel.reset()
+    return copies, decisions
+
+
+@pytest.mark.parametrize("dtype_mode", [torch.float16], indirect=True, ids=str)
+@pytest.mark.parametrize("layout", ["rr", "rc", "cr"])
+def test_matmul_from_operands_copied_onto_lines_against_float64(onto_lines, dtype_mode, layout):
+    """Forward and both grads with every operand off lines (rows or columns of 56, 72 and 40
+    elements: on 16 bytes, off 128) copied onto them (fp16: bf16 runs in Helion's ref mode
+    here, which compiles no specialization to inspect); grad_out copied once for both
+    backward products; every launch reads operands on lines."""
+    copies, _ = onto_lines
+    a = make((56, 72), dtype_mode, transposed=layout[0] == "c")
+    b = make((72, 40), dtype_mode, transposed=layout[1] == "c")
+    check_matmul(a, b)
+    assert copies
+    assert sum(shape in ((56, 40), (40, 56)) for shape in copies) == 1, copies  # grad_out, once
+    launched = [operands for operands in _compiled_operands() if len(operands) in (2, 4)]
+    assert launched
+    for operands in launched:
+        assert not any(loads.rows_off_lines(t, t)[0] for t in operands)
+
+
+@pytest.mark.parametrize("bias_shape", [(56, 40), (40,), ()], ids=str)
+def test_addmm_from_operands_copied_onto_lines_against_float64(onto_lines, bias_shape):
+    copies, _ = onto_lines
+    bias = make(bias_shape, torch.float16)
+    a, b = make((56, 72), torch.float16), make((72, 40), torch.float16)
+    check_addmm(bias, a, b, alpha=1.5, beta=-0.5)
+    assert copies
+
+
+def test_a_key_keeps_its_copies_onto_lines(onto_lines):
+    """The launcher's key keeps which operands it copies (``_fast_relaid``): a repeated call
+    copies the same and decides nothing again."""
+    copies, decisions = onto_lines
+    a = torch.randn(56, 72, dtype=torch.float16, device=DEVICE)
+    b = torch.randn(72, 40, dtype=torch.float16, device=DEVICE)
+    for calls in (1, 2, 3):
+        out = kernel.launch_mm(a, b, 2.5)
+        assert_matches("lined", out, 2.5 * (a @ b), 2.5 * (a.double() @ b.double()))
+        assert copies == [(56, 72), (72, 40)] * calls
+    assert decisions.count(1) == 1 + 1  # this key's, and the copies' own (nothing to copy)
