@@ -12,17 +12,17 @@ the Python path's launch plans (``helion_ops.plans.LaunchPlan``) laid out.
   Python path until it is loaded. ``ready(t)`` starts it and blocks until then (benchmarks
   call it before timing). ``HELION_OPS_NATIVE=0`` turns it off; a failed build warns once and
   leaves it off.
-- After the Python path has run a new key (operands' sizes, strides, dtype, device and
-  16-byte alignment; for fp32, torch's TF32 switch) in a call that compiled nothing,
-  ``learned_matmul``/``learned_addmm`` hand the extension that key's forward: the launches
-  the call made, as a backward's are recorded (the product; a split-K product's sums, which
-  the extension casts; fp32's copies that lay out its operands for their dots, then the
-  product on them), or nothing where they are not all plans on the call's tensors or on
-  earlier launches' outputs (a last-wave split, addmm's split-K, torch's copy of unaligned
-  operands), which keeps the key on the Python path.
+- After the Python path has run a new key (operands' sizes, strides, dtype, device and 16-byte
+  alignment; for fp32, torch's TF32 switch) in a call that compiled nothing,
+  ``learned_matmul``/``learned_addmm`` hand the extension that key's forward: the launches the
+  call made, as a backward's are recorded (the product; a split-K product's sums, which the
+  extension casts; the tiled kernel's copies of its operands, fp32's laid out for their dots
+  or fp16/bf16's onto 128-byte lines, then the product on them), or nothing where they are not
+  all plans on the call's tensors or on earlier launches' outputs (a last-wave split, addmm's
+  split-K, torch's copy of unaligned operands), which keeps the key on the Python path.
 - The first backward of each layout of grad_out runs the Python backward (``backward``) with
   its launches recorded; where each gradient is the output of a recorded plan whose operands
-  are grad_out, the saved operands or an earlier launch's outputs (fp32's copies; for a
+  are grad_out, the saved operands or an earlier launch's outputs (the copies; for a
   split-K product, the cast of its fp32 sums), those launches become the key's recipe, which
   later backwards replay (one with split-K not under torch's determinism switch, as the
   Python path).
@@ -157,8 +157,8 @@ def learned_matmul(
 ) -> torch.Tensor:
     """``run(mat1, mat2)``, the Python path's product for a key new to the extension, which
     then learns the key from the launches the call made (``_recorded``: a product, a split-K
-    product's sums and their cast, or fp32's copies then the product on them), where it
-    compiled nothing; a call that compiled leaves the key for the next call to teach."""
+    product's sums and their cast, or copies of its operands then the product on them),
+    where it compiled nothing; a call that compiled leaves the key for the next call to teach."""
     out, launches = _recorded(run, mat1, mat2)
     if launches is not None:
         module.learn_matmul(mat1, mat2, _recipe(launches, (mat1, mat2, None), (out, None)))
