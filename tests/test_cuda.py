@@ -295,6 +295,9 @@ def test_a_product_with_a_partial_last_wave_splits_it(monkeypatch, m, n, k):
     split = configs.last_wave_split(a, b)
     assert split is not None and not split.eager
     monkeypatch.setattr(kernel, "capturing", lambda t: True)
+    # The operands as given: copied onto 128-byte lines they would be other products, which
+    # the model splits or not on their own (``staging.lined_copies``).
+    monkeypatch.setattr(staging, "stages_onto_lines", lambda products: False)
     kernel.reset()
     check_matmul(a, b)
     assert any(key[0] is kernel.last_wave_kernel for key in kernel._compiled)
@@ -303,10 +306,13 @@ def test_a_product_with_a_partial_last_wave_splits_it(monkeypatch, m, n, k):
 
 
 @pytest.mark.parametrize("m,n,k", [(1792, 2816, 1280), (6200, 1800, 1200), (2304, 2304, 2304)])
-def test_a_backward_the_model_pairs_runs_in_one_launch(m, n, k):
+def test_a_backward_the_model_pairs_runs_in_one_launch(m, n, k, monkeypatch):
     """Training shapes whose backward the wave model runs in one launch
     (``configs.model_pair``: flat programs with pointer loads, flat with tensor descriptors,
-    persistent ones): forward and both grads of matmul and addmm against float64."""
+    persistent ones): forward and both grads of matmul and addmm against float64. The
+    operands as given (6200x1800x1200's are off 128-byte lines; copied onto them they would
+    be another pair, ``staging.lined_copies``)."""
+    monkeypatch.setattr(staging, "stages_onto_lines", lambda products: False)
     a, b = make((m, k), torch.bfloat16), make((k, n), torch.bfloat16)
     g = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
     at, bt = a.detach().T, b.detach().T
