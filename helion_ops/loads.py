@@ -13,6 +13,10 @@ import torch
 
 from helion_ops.model import LINE_BYTES, vector_bytes
 
+# The L2's unit of transfer: a row that starts on one reads each run of 128 bytes as four
+# whole sectors, however it falls across 128-byte lines.
+SECTOR_BYTES = 32
+
 
 def row_bytes(*tensors: torch.Tensor) -> int:
     """The model's ``row_bytes``: the widest vector (in bytes, at most 16) that every row
@@ -34,6 +38,15 @@ def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     where column-major) start off 128-byte lines, their leading stride in bytes not a
     multiple of ``model.LINE_BYTES``."""
     return _off_lines(a), _off_lines(b)
+
+
+def rows_off_sectors(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
+    """Whether ``a``'s and ``b``'s rows (columns, where column-major) start off 32-byte
+    sectors, the L2's unit of transfer (their leading stride in bytes not a multiple of
+    ``SECTOR_BYTES``): each run of a tile's row then spans one sector more than it fills.
+    Rows on sectors but off 128-byte lines (4400, 3600 or 2000 elements of 2 bytes) load as
+    fast as rows on lines (NOTES 59, 178)."""
+    return _off_sectors(a), _off_sectors(b)
 
 
 def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
@@ -93,6 +106,10 @@ def _pointer_tiles_fit_descriptors(config: dict, *operands: torch.Tensor) -> boo
     descriptors can load (``tma_aligned``): what both rules above move."""
     pointer = config.get("indexing") == "pointer" and "split_k" not in config
     return pointer and tma_aligned(*operands)
+
+
+def _off_sectors(t: torch.Tensor) -> bool:
+    return t.dim() == 2 and max(t.stride()) * t.element_size() % SECTOR_BYTES != 0
 
 
 def _off_lines(t: torch.Tensor) -> bool:

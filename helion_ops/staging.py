@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from helion_ops.configs import model_product, model_without_entry, operands_key, splits_k
-from helion_ops.loads import k_masks_vectorize, masks_vectorize, rows_off_lines, tma_aligned
+from helion_ops.loads import (
+    k_masks_vectorize,
+    masks_vectorize,
+    rows_off_lines,
+    rows_off_sectors,
+    tma_aligned,
+)
 from helion_ops.long_k import long_k_product
 from helion_ops.model import LINE_BYTES
 from helion_ops.narrow_tiles import few_rows
@@ -253,19 +259,21 @@ def lined_copies(
     dimension along which it is copied so that its rows (columns, where column-major) start
     on 128-byte lines (its own unit-stride one: the copy keeps its layout), None where it is
     read as it is; None where nothing is copied. Rows off lines cost the kernels' loads
-    15-45% (NOTES 90, 176); copied inside the step, one operand of a forward ran 0.99-1.32x
-    and a backward with grad_out copied once for both of its products 1.12-1.34x as fast
-    (H100, bf16, six products of no set, NOTES 176). The copies are ``cheapest_lines``' (the
-    wave model's choice, where ``stages_onto_lines``); a tensor that several products read
-    (the backward's grad_out, or grad_out and its transposed view) counts once, as
-    ``relaid`` copies it once."""
+    15-45% (NOTES 90, 176) where they also start off 32-byte sectors; on sectors, less than
+    their copies (NOTES 178), so only operands off sectors are weighed
+    (``loads.rows_off_sectors``, as the products' ``off_lines``). Copied inside the step, one
+    operand of a forward ran 0.99-1.32x and a backward with grad_out copied once for both of
+    its products 1.12-1.34x as fast (H100, bf16, six products of no set, NOTES 176). The
+    copies are ``cheapest_lines``' (the wave model's choice, where ``stages_onto_lines``); a
+    tensor that several products read (the backward's grad_out, or grad_out and its
+    transposed view) counts once, as ``relaid`` copies it once."""
     if not stages_onto_lines(products):
         return None
     tensors = {_rows_key(t): t for p in products for t in p}
     index = {key: i for i, key in enumerate(tensors)}
     chosen = cheapest_lines(
         model_without_entry(*products[0]),
-        [model_product(a, b) for a, b in products],
+        [model_product(a, b)._replace(off_lines=rows_off_sectors(a, b)) for a, b in products],
         [(index[_rows_key(a)], index[_rows_key(b)]) for a, b in products],
         [t.numel() * t.element_size() for t in tensors.values()],
     )
@@ -284,13 +292,13 @@ def _rows_key(t: torch.Tensor) -> tuple:
 
 def stages_onto_lines(products: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bool:
     """Whether ``lined_copies`` weighs copying the products' operands onto lines: some
-    operand's rows start off them, and every product is fp16 or bf16 on a GPU whose wave
-    model prices it (no table entry), 16-byte aligned, and neither a few rows' product on
-    narrow tiles nor a long-K split as it is (the model's plain kernels describe neither;
-    ``worth_staging`` keeps both as they are too)."""
+    operand's rows start off 32-byte sectors (``loads.rows_off_sectors``), and every product
+    is fp16 or bf16 on a GPU whose wave model prices it (no table entry), 16-byte aligned,
+    and neither a few rows' product on narrow tiles nor a long-K split as it is (the model's
+    plain kernels describe neither; ``worth_staging`` keeps both as they are too)."""
     return (
         all(a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) for a, _ in products)
-        and any(any(rows_off_lines(a, b)) for a, b in products)
+        and any(any(rows_off_sectors(a, b)) for a, b in products)
         and all(
             tma_aligned(a, b)
             and not few_rows(a, b)
@@ -307,10 +315,11 @@ def cheapest_lines(
     operands: Sequence[tuple[int, int]],
     sizes: Sequence[int],
 ) -> frozenset[int]:
-    """Which operands to copy onto 128-byte lines: of every set of the operands off lines,
-    the one of least predicted time, the products' (``Model.best_plain``, each operand of
-    the set on lines) plus its copies' (``LINED_COPY_MS_PER_BYTE``); the empty set where
-    copying none is as fast. ``operands``: each product's a and b as indices into ``sizes``
+    """Which operands to copy onto 128-byte lines: of every set of the operands off them
+    (each product's ``off_lines``; ``lined_copies`` gives those off 32-byte sectors), the
+    one of least predicted time, the products' (``Model.best_plain``, each operand of the
+    set on lines) plus its copies' (``LINED_COPY_MS_PER_BYTE``); the empty set where copying
+    none is as fast. ``operands``: each product's a and b as indices into ``sizes``
     (each operand's bytes), one index for a tensor several products read."""
     off = sorted(
         {

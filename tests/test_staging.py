@@ -10,6 +10,7 @@ from test_ops import check_addmm, check_matmul, make, staged_copies
 
 from helion_ops import kernel, loads, staging
 from helion_ops.model import Product, shipped_model
+from helion_ops.table import operand_layout, product_mnk
 
 SMS = 132  # an H100's or H200's
 
@@ -440,6 +441,43 @@ def test_the_shipped_model_copies_grad_out_once_for_a_backward_off_lines():
     sizes = [m * n * 2, k * n * 2, m * k * 2]  # grad_out, b, a
     chosen = staging.cheapest_lines(model, [grad_a, grad_b], [(0, 1), (2, 0)], sizes)
     assert chosen == {0, 1}
+
+
+def _on_132_sms(a: torch.Tensor, b: torch.Tensor) -> Product:
+    """``configs.model_product`` on an H100's or H200's SMs (the CPU has none to count)."""
+    layout = operand_layout(a) + operand_layout(b)
+    return Product(*product_mnk(a, b), layout, True, SMS, loads.rows_off_lines(a, b))
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "forward", "backward"),
+    [
+        (1800, 6200, 2200, (1, None), (1, 0, None, 1)),  # a; grad_out (twice) and b.T
+        (4400, 4400, 4400, None, None),
+        (3600, 3600, 1200, None, None),
+        (2000, 2000, 6000, None, None),
+    ],
+    ids=str,
+)
+def test_only_rows_off_32_byte_sectors_are_copied_onto_lines(
+    monkeypatch, m, n, k, forward, backward
+):
+    """The shipped model's choice (bf16; forward ``a @ b``, backward ``grad_out @ b.T`` and
+    ``a.T @ grad_out``) weighs only operands whose rows start off 32-byte sectors. Rows of
+    8800, 7200 or 4000 bytes lie on sectors though off 128-byte lines: copied onto lines, such
+    products ran 0.87-0.97x as fast, the copies' time for nothing (H100, call 426, NOTES 178),
+    so none is copied; 1800x6200x2200, every size off sectors, copies as
+    ``test_the_shipped_model_copies_grad_out_once_for_a_backward_off_lines`` says."""
+    monkeypatch.setattr(staging, "stages_onto_lines", lambda products: True)
+    monkeypatch.setattr(staging, "model_without_entry", lambda a, b: shipped_model("sm90"))
+    monkeypatch.setattr(staging, "model_product", _on_132_sms)
+    a = torch.empty(m, k, dtype=torch.bfloat16)
+    b = torch.empty(k, n, dtype=torch.bfloat16)
+    grad_out = torch.empty(m, n, dtype=torch.bfloat16)
+    assert loads.rows_off_lines(a, b) == (True, True)
+    assert loads.rows_off_sectors(a, b) == ((k * 2) % 32 != 0, (n * 2) % 32 != 0)
+    assert staging.lined_copies([(a, b)]) == forward
+    assert staging.lined_copies([(grad_out, b.T), (a.T, grad_out)]) == backward
 
 
 def test_nothing_is_copied_onto_lines_without_a_gpu_model():
