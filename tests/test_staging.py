@@ -465,8 +465,8 @@ def test_only_rows_off_32_byte_sectors_are_copied_onto_lines(
     """The shipped model's choice (bf16; forward ``a @ b``, backward ``grad_out @ b.T`` and
     ``a.T @ grad_out``) weighs only operands whose rows start off 32-byte sectors. Rows of
     8800, 7200 or 4000 bytes lie on sectors though off 128-byte lines: copied onto lines, such
-    products ran 0.87-0.97x as fast, the copies' time for nothing (H100, call 426, NOTES 178),
-    so none is copied; 1800x6200x2200, every size off sectors, copies as
+    products ran 0.87-0.97x as fast, their copies costing more than they saved (H100, call
+    426, NOTES 178), so none is copied; 1800x6200x2200, every size off sectors, copies as
     ``test_the_shipped_model_copies_grad_out_once_for_a_backward_off_lines`` says."""
     monkeypatch.setattr(staging, "stages_onto_lines", lambda products: True)
     monkeypatch.setattr(staging, "model_without_entry", lambda a, b: shipped_model("sm90"))
