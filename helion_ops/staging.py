@@ -19,6 +19,10 @@ with a column-major too (aten 50.9-75.9). IEEE dots (FMAs) want b row-major: 64x
 ran 1.9x slower from b column-major (0.48 of aten). Such products run from copies in the
 layout their dots read fastest (``fp32_copies``, ``relaid``), copied by the launchers' tiled
 kernel (``kernel.tiled_padded_copy``).
+
+fp16 and bf16 operands whose rows are 16-byte aligned but start off 32-byte sectors are
+copied onto 128-byte lines by the same kernel, where the wave model predicts the copies save
+more than they cost (``lined_copies``, ``cheapest_lines``).
 """
 
 from __future__ import annotations
