@@ -552,3 +552,21 @@ def test_a_key_keeps_its_copies_onto_lines(onto_lines):
         assert_matches("lined", out, 2.5 * (a @ b), 2.5 * (a.double() @ b.double()))
         assert copies == [(56, 72), (72, 40)] * calls
     assert decisions.count(1) == 1 + 1  # this key's, and the copies' own (nothing to copy)
+
+
+def test_operands_on_lines_of_the_same_sizes_decide_anew(onto_lines):
+    """A key's copies are its own: the same sizes with rows padded onto 128-byte lines
+    (other strides) decide again, copy nothing, and run from the operands as given."""
+    copies, decisions = onto_lines
+    a = torch.randn(56, 72, dtype=torch.float16, device=DEVICE)
+    b = torch.randn(72, 40, dtype=torch.float16, device=DEVICE)
+    kernel.launch_mm(a, b, 1.0)
+    assert copies == [(56, 72), (72, 40)] and decisions.count(1) == 2
+    # (Strides of 256 and 128 elements: not the copies' 128 and 64, whose key has decided.)
+    a_lined = torch.empty(56, 256, dtype=torch.float16, device=DEVICE)[:, :72].copy_(a)
+    b_lined = torch.empty(72, 128, dtype=torch.float16, device=DEVICE)[:, :40].copy_(b)
+    assert loads.rows_off_lines(a_lined, b_lined) == (False, False)
+    out = kernel.launch_mm(a_lined, b_lined, 1.0)
+    assert_matches("on lines", out, a @ b, a.double() @ b.double())
+    assert copies == [(56, 72), (72, 40)]  # nothing more copied
+    assert decisions.count(1) == 3  # this key's own decision
