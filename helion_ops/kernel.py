@@ -872,7 +872,7 @@ def launch_addmm(
         # autograd records it (torch's rule for a custom Function's views).
         return launch_addmm(bias, a.expand(2, k), b, alpha, beta)[:1].clone()
 
-    # fp32 operands laid out as their dots read fast, fp16/bf16 operands off 128-byte lines,
+    # fp32 operands laid out as their dots read fast, fp16/bf16 operands off 32-byte sectors,
     # and unaligned fp16/bf16 operands, of a product long enough to pay for copying them, run
     # from copies; the copies' own key then takes the fast path (a key keeps which operands
     # it copies onto lines or for the dots: _fast_relaid).
@@ -946,7 +946,7 @@ def _relaid(key: tuple[Any, ...] | None, *operands: torch.Tensor) -> list | None
     copied as they read fast (``staging.relaid``), the decision kept for the launcher's
     ``key`` (``_fast_relaid``); None where none is copied. fp32 operands are laid out as
     their dots read fast (``staging.fp32_copies``); fp16 and bf16 ones whose rows start off
-    128-byte lines are copied onto them where the wave model predicts it pays
+    32-byte sectors are copied onto 128-byte lines where the wave model predicts it pays
     (``staging.lined_copies``)."""
     dims = _fast_relaid.get(key)
     if dims is None:
