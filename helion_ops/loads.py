@@ -37,7 +37,7 @@ def rows_off_lines(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     """The model's ``off_lines`` of ``a @ b``: whether ``a``'s and ``b``'s rows (columns,
     where column-major) start off 128-byte lines, their leading stride in bytes not a
     multiple of ``model.LINE_BYTES``."""
-    return _off_lines(a), _off_lines(b)
+    return _rows_off(a, LINE_BYTES), _rows_off(b, LINE_BYTES)
 
 
 def rows_off_sectors(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
@@ -47,7 +47,7 @@ def rows_off_sectors(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     Rows on sectors but off 128-byte lines (4400, 3600 or 2000 elements of 2 bytes) cost far
     less: their products ran 0.99-1.12x as fast from copies on lines, against 1.2-1.4x for
     rows off sectors (H100, bf16, NOTES 178)."""
-    return _off_sectors(a), _off_sectors(b)
+    return _rows_off(a, SECTOR_BYTES), _rows_off(b, SECTOR_BYTES)
 
 
 def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
@@ -65,7 +65,7 @@ def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
     loads_by_descriptor = "tensor_descriptor" in (
         [indexing] if isinstance(indexing, str) else indexing or []
     )
-    return loads_by_descriptor and any(_off_lines(t) for t in operands)
+    return loads_by_descriptor and any(_rows_off(t, LINE_BYTES) for t in operands)
 
 
 def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> bool:
@@ -84,7 +84,7 @@ def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> 
     return (
         len(operands) in (2, 4)
         and _pointer_tiles_fit_descriptors(config, *operands)
-        and any(_off_lines(t) for t in operands)
+        and any(_rows_off(t, LINE_BYTES) for t in operands)
     )
 
 
@@ -109,13 +109,10 @@ def _pointer_tiles_fit_descriptors(config: dict, *operands: torch.Tensor) -> boo
     return pointer and tma_aligned(*operands)
 
 
-def _off_sectors(t: torch.Tensor) -> bool:
-    return t.dim() == 2 and max(t.stride()) * t.element_size() % SECTOR_BYTES != 0
-
-
-def _off_lines(t: torch.Tensor) -> bool:
-    """Whether a 2-D tensor's rows (columns, where column-major) start off 128-byte lines."""
-    return t.dim() == 2 and max(t.stride()) * t.element_size() % LINE_BYTES != 0
+def _rows_off(t: torch.Tensor, unit: int) -> bool:
+    """Whether a 2-D tensor's rows (columns, where column-major) start off ``unit``-byte
+    boundaries (``LINE_BYTES`` or ``SECTOR_BYTES``)."""
+    return t.dim() == 2 and max(t.stride()) * t.element_size() % unit != 0
 
 
 def k_masks_vectorize(a: torch.Tensor, b: torch.Tensor) -> bool:
