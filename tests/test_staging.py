@@ -8,9 +8,8 @@ from conftest import DEVICE
 from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make, staged_copies
 
-from helion_ops import kernel, loads, staging
+from helion_ops import configs, kernel, loads, staging
 from helion_ops.model import Product, shipped_model
-from helion_ops.table import operand_layout, product_mnk
 
 SMS = 132  # an H100's or H200's
 
@@ -443,12 +442,6 @@ def test_the_shipped_model_copies_grad_out_once_for_a_backward_off_lines():
     assert chosen == {0, 1}
 
 
-def _on_132_sms(a: torch.Tensor, b: torch.Tensor) -> Product:
-    """``configs.model_product`` on an H100's or H200's SMs (the CPU has none to count)."""
-    layout = operand_layout(a) + operand_layout(b)
-    return Product(*product_mnk(a, b), layout, True, SMS, loads.rows_off_lines(a, b))
-
-
 @pytest.mark.parametrize(
     ("m", "n", "k", "forward", "backward"),
     [
@@ -470,7 +463,7 @@ def test_only_rows_off_32_byte_sectors_are_copied_onto_lines(
     ``test_the_shipped_model_copies_grad_out_once_for_a_backward_off_lines`` says."""
     monkeypatch.setattr(staging, "stages_onto_lines", lambda products: True)
     monkeypatch.setattr(staging, "model_without_entry", lambda a, b: shipped_model("sm90"))
-    monkeypatch.setattr(staging, "model_product", _on_132_sms)
+    monkeypatch.setattr(configs, "sm_count", lambda device: SMS)  # the CPU has none to count
     a = torch.empty(m, k, dtype=torch.bfloat16)
     b = torch.empty(k, n, dtype=torch.bfloat16)
     grad_out = torch.empty(m, n, dtype=torch.bfloat16)
