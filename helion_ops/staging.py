@@ -43,7 +43,7 @@ from helion_ops.loads import (
 )
 from helion_ops.long_k import long_k_product
 from helion_ops.model import LINE_BYTES
-from helion_ops.narrow_tiles import few_rows
+from helion_ops.narrow_tiles import few_columns, few_rows
 from helion_ops.table import operand_layout, product_mnk
 
 if TYPE_CHECKING:
@@ -297,19 +297,27 @@ def _rows_key(t: torch.Tensor) -> tuple:
 def stages_onto_lines(products: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bool:
     """Whether ``lined_copies`` weighs copying the products' operands onto lines: some
     operand's rows start off 32-byte sectors (``loads.rows_off_sectors``), and every product
-    is fp16 or bf16 on a GPU whose wave model prices it (no table entry), 16-byte aligned,
-    and neither a few rows' product on narrow tiles nor a long-K split as it is (the model's
-    plain kernels describe neither; ``worth_staging`` keeps both as they are too)."""
+    is fp16 or bf16 on a GPU, and ``priced_by_model``."""
     return (
         all(a.is_cuda and a.dtype in (torch.float16, torch.bfloat16) for a, _ in products)
         and any(any(rows_off_sectors(a, b)) for a, b in products)
-        and all(
-            tma_aligned(a, b)
-            and not few_rows(a, b)
-            and not splits_over_k_as_it_is(a, b)
-            and model_without_entry(a, b) is not None
-            for a, b in products
-        )
+        and all(priced_by_model(a, b) for a, b in products)
+    )
+
+
+def priced_by_model(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the wave model's plain kernels price ``a @ b`` as it runs: 16-byte aligned, no
+    table entry, and none of the routes of their own the model does not describe: a few
+    rows' or a few columns' narrow tiles (``narrow_tiles.few_rows``, ``few_columns``: a
+    router's 1 or 8 columns, whose b of 2 or 16 bytes a row a copy onto lines would widen
+    to 128 for a launch more than the product's own, NOTES 180), nor a long-K split as it
+    is (``worth_staging`` keeps these as they are too)."""
+    return (
+        tma_aligned(a, b)
+        and not few_rows(a, b)
+        and not few_columns(a, b)
+        and not splits_over_k_as_it_is(a, b)
+        and model_without_entry(a, b) is not None
     )
 
 

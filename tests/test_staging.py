@@ -8,7 +8,7 @@ from conftest import DEVICE
 from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make, staged_copies
 
-from helion_ops import configs, kernel, loads, staging
+from helion_ops import configs, kernel, loads, narrow_tiles, staging
 from helion_ops.model import Product, shipped_model
 
 SMS = 132  # an H100's or H200's
@@ -471,6 +471,25 @@ def test_only_rows_off_32_byte_sectors_are_copied_onto_lines(
     assert loads.rows_off_sectors(a, b) == ((k * 2) % 32 != 0, (n * 2) % 32 != 0)
     assert staging.lined_copies([(a, b)]) == forward
     assert staging.lined_copies([(grad_out, b.T), (a.T, grad_out)]) == backward
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n", "priced"),
+    [(16384, 4096, 1, False), (6144, 5120, 8, False), (2200, 2800, 4200, True)],
+    ids=str,
+)
+def test_a_few_columns_product_is_not_priced_by_the_wave_model(monkeypatch, m, k, n, priced):
+    """A router's or a value head's product (``narrow_tiles.few_columns``: b of 1 or 8
+    columns, its rows of 2 or 16 bytes off 32-byte sectors) runs narrow tiles of its own, so
+    none of its operands is weighed for a copy onto lines (the GPU test
+    ``test_a_few_columns_product_runs_transposed_on_narrow_tiles`` caught b copied first, H200,
+    call 439); a product of the model's own tiles, b off sectors too, is."""
+    monkeypatch.setattr(staging, "model_without_entry", lambda a, b: shipped_model("sm90"))
+    a = torch.empty(m, k, dtype=torch.bfloat16)
+    b = torch.empty(k, n, dtype=torch.bfloat16)
+    assert loads.rows_off_sectors(a, b) == (False, True)
+    assert narrow_tiles.few_columns(a, b) is not priced
+    assert staging.priced_by_model(a, b) is priced
 
 
 def test_nothing_is_copied_onto_lines_without_a_gpu_model():
