@@ -42,8 +42,8 @@ from helion_ops.loads import (
     tma_aligned,
 )
 from helion_ops.long_k import long_k_product
-from helion_ops.model import LINE_BYTES
-from helion_ops.narrow_tiles import few_columns, few_rows
+from helion_ops.model import LINE_BYTES, bandwidth_bound
+from helion_ops.narrow_tiles import few_rows
 from helion_ops.table import operand_layout, product_mnk
 
 if TYPE_CHECKING:
@@ -306,16 +306,21 @@ def stages_onto_lines(products: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> 
 
 
 def priced_by_model(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the wave model's plain kernels price ``a @ b`` as it runs: 16-byte aligned, no
-    table entry, and none of the routes of their own the model does not describe: a few
-    rows' or a few columns' narrow tiles (``narrow_tiles.few_rows``, ``few_columns``: a
-    router's 1 or 8 columns, whose b of 2 or 16 bytes a row a copy onto lines would widen
-    to 128 for a launch more than the product's own, NOTES 180), nor a long-K split as it
-    is (``worth_staging`` keeps these as they are too)."""
+    """Whether the wave model's plain kernels price ``a @ b`` as it runs, a copy onto lines
+    included: 16-byte aligned, no table entry, not a long-K split as it is (which
+    ``worth_staging`` keeps as it is too), and not bound by memory bandwidth
+    (``model.bandwidth_bound``). Such a product reads each operand once from memory, so a
+    copy, which reads and writes it, costs more bytes than rows off sectors waste (at most
+    a sector more per run of a row that a tile loads); the model, which sees waves and steps,
+    not bytes, would price the copy by its factors for rows off lines all the same. That
+    covers a few rows' and a few columns' narrow tiles (``narrow_tiles.few_rows``,
+    ``few_columns``: at most 64 rows or 8 columns do fewer FLOPs per byte than that) and
+    the input gradient of a router (``grad_out @ w.T``, K of 1-8), whose operands a copy
+    would widen from 2-16 bytes a row to 128 (on d51aa69 the GPU test of a few columns'
+    forward caught b copied first, H200, call 439, NOTES 180)."""
     return (
         tma_aligned(a, b)
-        and not few_rows(a, b)
-        and not few_columns(a, b)
+        and not bandwidth_bound(*product_mnk(a, b))
         and not splits_over_k_as_it_is(a, b)
         and model_without_entry(a, b) is not None
     )

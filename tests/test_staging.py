@@ -9,7 +9,7 @@ from reference import assert_matches
 from test_ops import check_addmm, check_matmul, make, staged_copies
 
 from helion_ops import configs, kernel, loads, narrow_tiles, staging
-from helion_ops.model import Product, shipped_model
+from helion_ops.model import Product, bandwidth_bound, shipped_model
 
 SMS = 132  # an H100's or H200's
 
@@ -474,21 +474,32 @@ def test_only_rows_off_32_byte_sectors_are_copied_onto_lines(
 
 
 @pytest.mark.parametrize(
-    ("m", "k", "n", "priced"),
-    [(16384, 4096, 1, False), (6144, 5120, 8, False), (2200, 2800, 4200, True)],
+    ("m", "k", "n", "b_layout", "priced"),
+    [
+        (16384, 4096, 1, "r", False),  # a value head's forward (few columns: narrow tiles)
+        (6144, 5120, 8, "r", False),  # a router's forward, 8 experts
+        (16384, 8, 4096, "c", False),  # that router's input gradient, grad_out @ w.T
+        (2200, 2800, 4200, "r", True),  # the model's own tiles
+    ],
     ids=str,
 )
-def test_a_few_columns_product_is_not_priced_by_the_wave_model(monkeypatch, m, k, n, priced):
-    """A router's or a value head's product (``narrow_tiles.few_columns``: b of 1 or 8
-    columns, its rows of 2 or 16 bytes off 32-byte sectors) runs narrow tiles of its own, so
-    none of its operands is weighed for a copy onto lines (the GPU test
-    ``test_a_few_columns_product_runs_transposed_on_narrow_tiles`` caught b copied first, H200,
-    call 439); a product of the model's own tiles, b off sectors too, is."""
+def test_bandwidth_bound_products_are_not_weighed_for_copies_onto_lines(
+    monkeypatch, m, k, n, b_layout, priced
+):
+    """A product bound by memory bandwidth reads each operand once, so a copy onto lines
+    costs more bytes than rows off 32-byte sectors waste: none of its operands is weighed
+    (``staging.priced_by_model``). On d51aa69 the GPU test
+    ``test_a_few_columns_product_runs_transposed_on_narrow_tiles`` caught a router's b, rows
+    of 2 or 16 bytes, copied before its narrow tiles (H200, call 439); its input gradient,
+    K of 8, copied grad_out and w. A compute-bound product with b off sectors is weighed."""
     monkeypatch.setattr(staging, "model_without_entry", lambda a, b: shipped_model("sm90"))
     a = torch.empty(m, k, dtype=torch.bfloat16)
     b = torch.empty(k, n, dtype=torch.bfloat16)
-    assert loads.rows_off_sectors(a, b) == (False, True)
-    assert narrow_tiles.few_columns(a, b) is not priced
+    if b_layout == "c":  # w.T of a weight w of n rows of k
+        b = torch.empty(n, k, dtype=torch.bfloat16).T
+    assert loads.rows_off_sectors(a, b)[1] and loads.tma_aligned(a, b)
+    assert narrow_tiles.few_columns(a, b) is (n <= narrow_tiles.FEW_COLUMNS)
+    assert bandwidth_bound(m, n, k) is not priced
     assert staging.priced_by_model(a, b) is priced
 
 
