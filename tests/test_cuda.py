@@ -562,6 +562,9 @@ def test_a_few_columns_product_runs_transposed_on_narrow_tiles(monkeypatch, m, k
     assert configs.choose_config(bound, x, y) == narrow_tiles.few_rows_config(n, m, True)
     check_matmul(a, b)
     assert launched[0] is kernel.transposed_kernel
+    # Nothing copied onto lines, forward or backward: every product is bandwidth-bound
+    # (``staging.priced_by_model``; b was copied first on d51aa69, NOTES 180).
+    assert kernel.padded_copy_kernel not in launched
     launched.clear()
     check_addmm(make((n,), torch.bfloat16), a, b, alpha=1.5, beta=0.5)
     assert launched[0] is kernel.transposed_kernel
