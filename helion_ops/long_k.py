@@ -24,6 +24,7 @@ from helion_ops.narrow_tiles import (
     THIN_TILE,
     WAVE_PROGRAMS,
     few_columns_long_k,
+    narrow_columns_long_k,
     thin,
 )
 
@@ -246,8 +247,8 @@ def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
     vectors: in fp16 and bf16, a streaming product (65 to 128 rows, a long K) where
     ``long_k.one_wave_stream`` cuts K (on an H200's SMs); else few output tiles and a long K
     (``few_tiles_long_k``), or, in fp16 and bf16, a serving batch's product of few tiles and
-    a long K (``long_k.long_k_batch``) or a product of a few columns and a long K
-    (``narrow_tiles.few_columns_long_k``)."""
+    a long K (``long_k.long_k_batch``) or a product of a few or narrow columns and a long K
+    (``narrow_tiles.few_columns_long_k``, ``narrow_tiles.narrow_columns_long_k``)."""
     stream = dtype in FAST_DTYPES and one_wave_stream(m, n, k, WAVE_PROGRAMS)
     if stream:
         return stream.pieces > 1
@@ -256,4 +257,5 @@ def long_k_product(m: int, n: int, k: int, dtype: torch.dtype) -> bool:
         few_tiles_long_k(m, n, k)
         or (fast and long_k_batch(m, n, k))
         or (fast and few_columns_long_k(m, n, k, dtype.itemsize))
+        or (fast and narrow_columns_long_k(m, n, k))
     )

@@ -195,6 +195,24 @@ def narrow_columns(m: int, n: int) -> bool:
     return FEW_COLUMNS < n <= NARROW_COLUMNS and m >= FEW_COLUMNS_ROWS
 
 
+# A narrow layer's weight gradient (a router's or an adapter's: ``x.T @ grad_out``, 33 to
+# NARROW_COLUMNS columns, K the tokens) reads x once, over few output tiles (4096x40: 32 of
+# 128x128). Short of ``few_tiles_long_k``'s K of 8x M it ran plain, on the model's 64x32x128
+# tiles, at 0.67-0.88 of aten (H100, bf16, under CUDA graphs, call 445, NOTES 182):
+# 4096x40x16384 80.6 us against 54.0, 4096x48x16384 70.9 against 53.6, 4096x64x16384 57.6
+# against 50.4, 4096x40x8192 43.4 against 29.5; at 32 columns 0.95 (52.0 against 49.3).
+# Where the same class splits (K of 8x M: 2048x40x16384, 4096x40x32768) it read 0.97-0.99.
+# From a K of NARROW_SPLIT_K_RATIO x M it splits over K (``long_k.split_rule``).
+NARROW_SPLIT_COLUMNS = range(33, NARROW_COLUMNS + 1)
+NARROW_SPLIT_K_RATIO = 2
+
+
+def narrow_columns_long_k(m: int, n: int, k: int) -> bool:
+    """Whether an fp16 or bf16 ``m x n x k`` product of ``NARROW_SPLIT_COLUMNS`` columns over
+    more than ``THIN_ROWS`` rows splits over K: a K of at least ``NARROW_SPLIT_K_RATIO`` x M."""
+    return n in NARROW_SPLIT_COLUMNS and m > THIN_ROWS and k >= NARROW_SPLIT_K_RATIO * m
+
+
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:
     """The plain kernel's config for a product of ``m`` rows (``few_rows``): rows in one
     tile of 16 to 64, narrow tiles along N (64 columns for 33 to 64 rows; else 128, 64 or 32
