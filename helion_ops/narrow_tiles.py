@@ -202,15 +202,23 @@ def narrow_columns(m: int, n: int) -> bool:
 # 4096x40x16384 80.6 us against 54.0, 4096x48x16384 70.9 against 53.6, 4096x64x16384 57.6
 # against 50.4, 4096x40x8192 43.4 against 29.5; at 32 columns 0.95 (52.0 against 49.3).
 # Where the same class splits (K of 8x M: 2048x40x16384, 4096x40x32768) it read 0.97-0.99.
-# From a K of NARROW_SPLIT_K_RATIO x M it splits over K (``long_k.split_rule``).
+# From a K of NARROW_SPLIT_K_RATIO x M, and at least NARROW_SPLIT_MIN_K (the least measured:
+# a shorter K's product may not pay for the split's zeroing and cast), it splits over K
+# (``long_k.split_rule``).
 NARROW_SPLIT_COLUMNS = range(33, NARROW_COLUMNS + 1)
 NARROW_SPLIT_K_RATIO = 2
+NARROW_SPLIT_MIN_K = 8192
 
 
 def narrow_columns_long_k(m: int, n: int, k: int) -> bool:
     """Whether an fp16 or bf16 ``m x n x k`` product of ``NARROW_SPLIT_COLUMNS`` columns over
-    more than ``THIN_ROWS`` rows splits over K: a K of at least ``NARROW_SPLIT_K_RATIO`` x M."""
-    return n in NARROW_SPLIT_COLUMNS and m > THIN_ROWS and k >= NARROW_SPLIT_K_RATIO * m
+    more than ``THIN_ROWS`` rows splits over K: a K of at least ``NARROW_SPLIT_K_RATIO`` x M
+    and ``NARROW_SPLIT_MIN_K``."""
+    return (
+        n in NARROW_SPLIT_COLUMNS
+        and m > THIN_ROWS
+        and k >= max(NARROW_SPLIT_K_RATIO * m, NARROW_SPLIT_MIN_K)
+    )
 
 
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:

@@ -213,12 +213,13 @@ def test_narrow_layers_weight_gradients_split_over_k():
         assert not long_k_product(m, n, k, torch.float32)
         chosen = long_k.split_rule(m, n, k, 132).config
         assert chosen["block_sizes"][:2] == [128, 128] and chosen["split_k"] == 4
-    # 32 columns or fewer (plain at 0.95 of aten), more than 64, K short of twice M, the
-    # rows of a thin product, and the forwards (K the hidden size) stay as they were.
+    # 32 columns or fewer (plain at 0.95 of aten), more than 64, K short of twice M or of
+    # 8192, the rows of a thin product, and the forwards (K the hidden size) stay as they were.
     for m, n, k in (
         (4096, 32, 16384),
         (4096, 65, 16384),
         (4096, 40, 8191),
+        (1024, 40, 8191),
         (64, 40, 16384),
         (16384, 40, 4096),
     ):
