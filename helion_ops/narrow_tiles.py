@@ -195,28 +195,31 @@ def narrow_columns(m: int, n: int) -> bool:
     return FEW_COLUMNS < n <= NARROW_COLUMNS and m >= FEW_COLUMNS_ROWS
 
 
-# A narrow layer's weight gradient (a router's or an adapter's: ``x.T @ grad_out``, 33 to
-# NARROW_COLUMNS columns, K the tokens) reads x once, over few output tiles (4096x40: 32 of
-# 128x128). Short of ``few_tiles_long_k``'s K of 8x M it ran plain, on the model's 64x32x128
-# tiles, at 0.67-0.88 of aten (H100, bf16, under CUDA graphs, call 445, NOTES 182):
-# 4096x40x16384 80.6 us against 54.0, 4096x48x16384 70.9 against 53.6, 4096x64x16384 57.6
-# against 50.4, 4096x40x8192 43.4 against 29.5; at 32 columns 0.95 (52.0 against 49.3).
-# Where the same class splits (K of 8x M: 2048x40x16384, 4096x40x32768) it read 0.97-0.99.
-# From a K of NARROW_SPLIT_K_RATIO x M, and at least NARROW_SPLIT_MIN_K (the least measured:
-# a shorter K's product may not pay for the split's zeroing and cast), it splits over K
-# (``long_k.split_rule``).
-NARROW_SPLIT_COLUMNS = range(33, NARROW_COLUMNS + 1)
+# A narrow layer's weight gradient (a router's, an adapter's or a small head's: ``x.T @
+# grad_out``, 33 to 128 columns, K the tokens) reads x once, over few output tiles (4096x40:
+# 32 of 128x128). Short of ``few_tiles_long_k``'s K of 8x M it ran plain, on the model's
+# narrow tiles, at 0.67-0.88 of aten (H100, bf16, under CUDA graphs, call 445, NOTES 182).
+# From a K of NARROW_SPLIT_K_RATIO x M, and at least NARROW_SPLIT_MIN_K (a shorter K's
+# product may not pay for the split's zeroing and cast), over at most NARROW_SPLIT_ROWS rows,
+# it splits over K (``long_k.split_rule``: 128x128 tiles, 4 pieces at 4096 rows, one wave).
+# The rule on against off (H100, calls 446-451, NOTES 183): the 15 bf16 backwards it moves
+# 1.04-3.65x faster (16384x40x4096 143 -> 113 us, aten 117; 16384x100x3000 437 -> 120, aten
+# 170), seven forwards 1.00-1.64x (2048x96x8192 24.7 -> 15.1, aten 13.9), fp16 alike. Above
+# 4096 rows the plain kernel has programs enough: six of eight forwards of 5120-8192 rows ran
+# 0.88-0.98x as fast split (6144x64x12288 54.6 -> 62.3), two 1.07x and 1.22x; hence the bound.
+NARROW_SPLIT_COLUMNS = range(33, 129)
+NARROW_SPLIT_ROWS = 4096
 NARROW_SPLIT_K_RATIO = 2
 NARROW_SPLIT_MIN_K = 8192
 
 
 def narrow_columns_long_k(m: int, n: int, k: int) -> bool:
     """Whether an fp16 or bf16 ``m x n x k`` product of ``NARROW_SPLIT_COLUMNS`` columns over
-    more than ``THIN_ROWS`` rows splits over K: a K of at least ``NARROW_SPLIT_K_RATIO`` x M
-    and ``NARROW_SPLIT_MIN_K``."""
+    more than ``THIN_ROWS`` and at most ``NARROW_SPLIT_ROWS`` rows splits over K: a K of at
+    least ``NARROW_SPLIT_K_RATIO`` x M and ``NARROW_SPLIT_MIN_K``."""
     return (
         n in NARROW_SPLIT_COLUMNS
-        and m > THIN_ROWS
+        and THIN_ROWS < m <= NARROW_SPLIT_ROWS
         and k >= max(NARROW_SPLIT_K_RATIO * m, NARROW_SPLIT_MIN_K)
     )
 

@@ -203,21 +203,33 @@ def test_few_columns_over_a_long_k_split_over_k():
 
 
 def test_narrow_layers_weight_gradients_split_over_k():
-    """A weight gradient of 33 to 64 columns (``x.T @ grad_out`` of a router or an adapter,
-    K the tokens) splits over K from a K of twice M, in fp16 and bf16, into one wave of
-    128x128 programs (NOTES 182: 4096x40x16384 ran plain at 0.67 of aten)."""
-    for m, n, k in ((4096, 40, 16384), (4096, 64, 16384), (4096, 33, 8192), (3584, 64, 8192)):
+    """A weight gradient of 33 to 128 columns over at most 4096 rows (``x.T @ grad_out`` of a
+    router, an adapter or a small head, K the tokens) splits over K from a K of twice M, in
+    fp16 and bf16 (NOTES 182-183: 4096x40x16384 ran plain at 0.67 of aten)."""
+    for m, n, k in (
+        (4096, 40, 16384),
+        (4096, 128, 16384),
+        (4096, 33, 8192),
+        (3584, 64, 8192),
+        (3000, 100, 8192),
+        (2048, 96, 8192),
+    ):
         assert narrow_tiles.narrow_columns_long_k(m, n, k)
         assert long_k_product(m, n, k, torch.bfloat16)
         assert long_k_product(m, n, k, torch.float16)
         assert not long_k_product(m, n, k, torch.float32)
-        chosen = long_k.split_rule(m, n, k, 132).config
-        assert chosen["block_sizes"][:2] == [128, 128] and chosen["split_k"] == 4
-    # 32 columns or fewer (plain at 0.95 of aten), more than 64, K short of twice M or of
-    # 8192, the rows of a thin product, and the forwards (K the hidden size) stay as they were.
+    # One wave of 128x128 programs: 32 tiles in 4 pieces at 4096 rows.
+    chosen = long_k.split_rule(4096, 100, 16384, 132).config
+    assert chosen["block_sizes"][:2] == [128, 128] and chosen["split_k"] == 4
+    # 32 columns or fewer (plain at 0.95 of aten), more than 128, more than 4096 rows (the
+    # plain kernel's programs fill waves: 6144x64x12288 0.88x as fast split), K short of
+    # twice M or of 8192, the rows of a thin product, and the forwards (K the hidden size)
+    # stay as they were.
     for m, n, k in (
         (4096, 32, 16384),
-        (4096, 65, 16384),
+        (4096, 129, 16384),
+        (4097, 64, 16384),
+        (6144, 64, 12288),
         (4096, 40, 8191),
         (1024, 40, 8191),
         (64, 40, 16384),
