@@ -63,6 +63,7 @@ from helion_ops.loads import (
     masks_vectorize,
     model_tiles_on_host_descriptors,
     pointer_tiles_on_host_descriptors,
+    pointer_tiles_unmasked,
     row_bytes,
     rows_off_lines,
     tensor_descriptors_only,
@@ -208,6 +209,8 @@ def choose_config(
     if few_columns(b.T, a.T) if transposed else few_rows(a, b):
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), tensor_descriptors_only(a, b)
+    # Its pointer tiles move onto host-built descriptors below (``on_host_descriptors``).
+    unmasked = epilogue != "bias" and not transposed and pointer_tiles_unmasked(a, b)
     break_ties = epilogue != "bias"
     stream = None
     if masks_vectorize(a, b) and not transposed:
@@ -219,8 +222,9 @@ def choose_config(
         return plain_config(*NARROW_COLUMNS_TILE, "flat")  # (at the depth measured)
     else:
         batch_model = shipped_batch_model(gpu_arch(device)) if batch_product(product) else None
-        config = batch_model and batch_model.choose(batch_choice(product), tma_only, break_ties)
-        config = config or model.choose(product, tma_only, break_ties)
+        among = tma_only and not unmasked
+        config = batch_model and batch_model.choose(batch_choice(product), among, break_ties)
+        config = config or model.choose(product, among, break_ties)
         if config is not None and epilogue != "bias" and not transposed:
             config = on_host_descriptors(config, a, b)
     if config is None:
@@ -330,7 +334,9 @@ def model_pair(
         and model_without_entry(a2, b2) is not None
         and tma_aligned(a1, b1, a2, b2)
     ):
-        tma_only = not (masks_vectorize(a1, b1) and masks_vectorize(a2, b2))
+        masked = not (masks_vectorize(a1, b1) and masks_vectorize(a2, b2))
+        # (``as_launched`` moves pointer tiles onto host-built descriptors.)
+        tma_only = masked and not pointer_tiles_unmasked(a1, b1, a2, b2)
         first, second = model_product(a1, b1), model_product(a2, b2)
         candidate = model.pair(first, second, tma_only, eager)
         config = None if candidate is None else pair_of(candidate)
@@ -544,7 +550,8 @@ def as_launched(config: helion.Config, *operands: torch.Tensor) -> helion.Config
     a plain product's pointer tiles among them (``loads.pointer_tiles_on_host_descriptors``).
     The tuner times each candidate so."""
     if pointer_tiles_on_host_descriptors(config.config, *operands):
-        config = helion.Config(**{**config.config, "indexing": "tensor_descriptor"})
+        moved = {"indexing": "tensor_descriptor", "host_tensor_descriptors": True}
+        return helion.Config(**{**config.config, **moved})
     if host_descriptors_pay(config.config, *operands):
         config = helion.Config(**{**config.config, "host_tensor_descriptors": True})
     return config

@@ -71,7 +71,8 @@ def host_descriptors_pay(config: dict, *operands: torch.Tensor) -> bool:
 def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> bool:
     """Whether a plain product's or a backward pair's pointer config loads its tiles by
     tensor descriptors built on the host instead: its operands (two, or a pair's four) can
-    be loaded so (``tma_aligned``) and some rows start off 128-byte lines. The model chooses
+    be loaded so (``tma_aligned``) and some rows start off 128-byte lines, or the pointer
+    loads' masks would not vectorize (``pointer_tiles_unmasked``). The model chooses
     pointer tiles for sub-wave products (1000^3: 64x128), and ``configs.pair_rule`` for small
     pairs (1000^3's backward: 128x128), as device-built descriptors cost each program more
     than they save (NOTES 80: host-built ones 0-12% faster there, on lines); off lines the
@@ -84,7 +85,7 @@ def pointer_tiles_on_host_descriptors(config: dict, *operands: torch.Tensor) -> 
     return (
         len(operands) in (2, 4)
         and _pointer_tiles_fit_descriptors(config, *operands)
-        and any(_rows_off(t, LINE_BYTES) for t in operands)
+        and (any(_rows_off(t, LINE_BYTES) for t in operands) or pointer_tiles_unmasked(*operands))
     )
 
 
@@ -151,6 +152,39 @@ def tensor_descriptors_only(a: torch.Tensor, b: torch.Tensor) -> bool:
     NOTES 129; rows of 2 bytes, calls 310-311, six unstaged products 1.35-5.9x faster, NOTES
     131)."""
     return not masks_vectorize(a, b) and row_bytes(a, b) == 16
+
+
+# The least N and K of a product that ``pointer_tiles_unmasked`` moves. Below it the model's
+# choice among every tile lost (H200, bf16, under CUDA graphs, call 455): 65536x1x256's forward
+# 7.6 us against 6.9 on tensor-descriptor candidates, 2048x1x4096's backward (its grad_out @
+# w.T has a K of 1) 12.5 against 11.2.
+UNMASKED_MIN_SIDE = 9
+
+
+def pointer_tiles_unmasked(*operands: torch.Tensor) -> bool:
+    """Whether pointer tiles for a plain product's fp16 or bf16 operands (or a pair's four)
+    load by tensor descriptors built on the host, which need no bounds masks, where pointer
+    loads' masks would not vectorize (``masks_vectorize``) on rows that start on 16 bytes
+    (``tma_aligned``), in products of at least ``UNMASKED_MIN_SIDE`` columns and K. The wave
+    model then chooses among every candidate's tiles, not the tensor-descriptor candidates'
+    alone (``tensor_descriptors_only``), all 128 columns or wider: its fit of a pointer tile
+    stands for the same tile on host-built descriptors (0.99-1.07x as fast where masks
+    vectorize, NOTES 143). So 3000x100x2048's weight gradient (2048x100x3000, N = 100) runs
+    on 128 programs of 64x32, not 16 of 128x128 (NOTES 183 (d)).
+
+    Measured on and off (H200, bf16, under CUDA graphs, calls 452 and 455, NOTES 184),
+    products of no set: backwards 2048x100x3000 52.0 -> 25.2 us (aten 32.0), 3000x100x2048
+    67.2 -> 28.3 (29.4), 2048x250x2048 29.5 -> 21.3 (31.4), 12000x500x2000 1.05x; the
+    forward 3000x250x5000 40.8 -> 27.1 (44.9); five more 0.99-1.01x. Of the shape sets'
+    products it moves the GPT-2-sized head 1024x50257x1024's backward 1.11x and 3500^3's
+    0.99x."""
+    pairs = list(zip(operands[::2], operands[1::2], strict=True))
+    return (
+        operands[0].element_size() == 2
+        and all(min(a.shape[1], b.shape[1]) >= UNMASKED_MIN_SIDE for a, b in pairs)
+        and tma_aligned(*operands)
+        and not all(masks_vectorize(a, b) for a, b in pairs)
+    )
 
 
 def _contiguous_sizes(a: torch.Tensor, b: torch.Tensor) -> list[tuple[str, int]]:

@@ -12,7 +12,7 @@ from conftest import HAS_CUDA
 from test_configs import backward_pair_operands
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helion_ops import configs, long_k, narrow_tiles, staging
+from helion_ops import configs, loads, long_k, narrow_tiles, staging
 from helion_ops.kernel import (
     long_k_product,
     matmul_kernel,
@@ -309,3 +309,95 @@ def test_an_fp32_weight_gradient_splits_as_bf16_does_in_k_blocks_of_128_bytes(ke
     bf16 = long_k.split_rule(m, n, k, 132).config
     assert config.config == {**bf16, "block_sizes": [*bf16["block_sizes"][:2], 32]}
     assert bf16["block_sizes"][2] == 64
+
+
+def staged_columns(rows: int, cols: int) -> torch.Tensor:
+    """A (rows, cols) operand on rows padded to 64 elements, as ``staging`` copies one."""
+    return torch.empty_strided((rows, cols), (-(-cols // 64) * 64, 1), dtype=torch.bfloat16)
+
+
+def without_unmasked_tiles(monkeypatch) -> None:
+    """``loads.pointer_tiles_unmasked`` off wherever the package holds it."""
+    for module in (configs, loads):
+        monkeypatch.setattr(module, "pointer_tiles_unmasked", lambda *operands: False)
+
+
+def programs(config: dict, m: int, n: int) -> int:
+    bm, bn = config["block_sizes"][:2]
+    return -(-m // bm) * -(-n // bn)
+
+
+@pytest.mark.parametrize(
+    "a, b, least",
+    [
+        # 3000x100x2048's weight gradient x.T @ grad_out (grad_out staged): 16 programs of
+        # 128x128 on tensor-descriptor candidates (call 452: 67.2 us), 128 of 64x32 (28.3).
+        (operand(2048, 3000, True), staged_columns(3000, 100), 128),
+        # 3000x250x5000's forward, b staged: 48 programs (40.8 us), 94 of 64x128 (27.1).
+        (operand(3000, 5000, False), staged_columns(5000, 250), 94),
+    ],
+    ids=["dW 2048x100x3000", "3000x250x5000"],
+)
+def test_masks_that_do_not_vectorize_take_the_models_tiles_on_host_descriptors(
+    monkeypatch, a, b, least
+):
+    """Aligned operands whose pointer loads' masks would not vectorize (N of 100 or 250):
+    the wave model chooses among every candidate, and its pointer tiles load by descriptors
+    built on the host (``loads.pointer_tiles_unmasked``), on more programs than the
+    tensor-descriptor candidates' 128x128 give."""
+    assert loads.tensor_descriptors_only(a, b)
+    bound = matmul_kernel.bind((a, b, scaled(1.0)))
+    m, n = a.shape[0], b.shape[1]
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(a), on_gpu(b)
+        assert not staging.worth_staging(x, y) and not configs.transposed_pays(x, y)
+        moved = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+        without_unmasked_tiles(monkeypatch)
+        kept = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+    assert moved["indexing"] == "tensor_descriptor" and moved["host_tensor_descriptors"]
+    assert programs(moved, m, n) == least
+    assert kept["block_sizes"][:2] == [128, 128] and programs(kept, m, n) < least
+
+
+@pytest.mark.parametrize(
+    "a, b, bias",
+    [
+        (operand(2048, 3000, True), staged_columns(3000, 100), True),  # a bias epilogue
+        (operand(65536, 256, False), operand(256, 1, False), False),  # 1 column (call 455)
+    ],
+    ids=["bias", "65536x1x256"],
+)
+def test_bias_epilogues_and_a_column_keep_the_tensor_descriptor_candidates(monkeypatch, a, b, bias):
+    """A bias epilogue's choice (``pipelines.fit_for_bias`` reshapes tensor-descriptor
+    tiles) and products under ``loads.UNMASKED_MIN_SIDE`` columns (65536x1x256's forward
+    ran 0.90x as fast moved) choose as before."""
+    m, n = a.shape[0], b.shape[1]
+    epilogue = scaled_plus_bias(1.0, 1.0, operand(m, n, False)) if bias else scaled(1.0)
+    bound = matmul_kernel.bind((a, b, epilogue))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(a), on_gpu(b)
+        chosen = configs.select_config(bound, (x, y, epilogue)).config.config
+        without_unmasked_tiles(monkeypatch)
+        assert chosen == configs.select_config(bound, (x, y, epilogue)).config.config
+
+
+def test_a_backward_pair_whose_masks_do_not_vectorize_loads_by_host_descriptors(monkeypatch):
+    """The wave model's pair for 4096x100x3000's backward outside CUDA graphs (grad_out and
+    the weight staged onto rows of 128) chooses among every candidate, its pointer tiles
+    loading by descriptors built on the host; off, among tensor-descriptor candidates."""
+    mat1, mat2, grad_out = (
+        operand(4096, 3000, False),
+        staged_columns(3000, 100),
+        staged_columns(4096, 100),
+    )
+    operands = backward_pair_operands(mat1, mat2, grad_out, (False, False))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fakes = [on_gpu(t) for t in operands]
+        moved = configs.as_launched(configs.model_pair(*fakes, eager=True), *fakes).config
+        configs._model_pairs.clear()
+        without_unmasked_tiles(monkeypatch)
+        kept = configs.model_pair(*fakes, eager=True).config
+        configs._model_pairs.clear()
+    assert moved["indexing"] == "tensor_descriptor" and moved["host_tensor_descriptors"]
+    assert moved["block_sizes"] != kept["block_sizes"]
+    assert kept["indexing"] == "tensor_descriptor"
