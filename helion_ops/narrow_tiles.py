@@ -202,15 +202,21 @@ def narrow_columns(m: int, n: int) -> bool:
 # From a K of NARROW_SPLIT_K_RATIO x M, and at least NARROW_SPLIT_MIN_K (a shorter K's
 # product may not pay for the split's zeroing and cast), over at most NARROW_SPLIT_ROWS rows,
 # it splits over K (``long_k.split_rule``: 128x128 tiles, 4 pieces at 4096 rows, one wave).
-# The rule on against off (H100, calls 446-451, NOTES 183): the 15 bf16 backwards it moves
-# 1.04-3.65x faster (16384x40x4096 143 -> 113 us, aten 117; 16384x100x3000 437 -> 120, aten
-# 170), seven forwards 1.00-1.64x (2048x96x8192 24.7 -> 15.1, aten 13.9), fp16 alike. Above
-# 4096 rows the plain kernel has programs enough: six of eight forwards of 5120-8192 rows ran
-# 0.88-0.98x as fast split (6144x64x12288 54.6 -> 62.3), two 1.07x and 1.22x; hence the bound.
+# The rule on against off from a K of 2x M and 8192 (H100, calls 446-451, NOTES 183): the 15
+# bf16 backwards it moved 1.04-3.65x faster (16384x40x4096 143 -> 113 us, aten 117;
+# 16384x100x3000 437 -> 120, aten 170), seven forwards 1.00-1.64x (2048x96x8192 24.7 -> 15.1,
+# aten 13.9), fp16 alike. Above 4096 rows the plain kernel has programs enough: six of eight
+# forwards of 5120-8192 rows ran 0.88-0.98x as fast split (6144x64x12288 54.6 -> 62.3), two
+# 1.07x and 1.22x; hence the bound.
+# From a K of M and 4096 (H200, call 452, NOTES 185): backwards 1.09-1.23x faster
+# (4096x100x3000 46.9 -> 42.8 us, aten 49.9; 6000x100x3000 63.6 -> 55.5, aten 71.9;
+# 5000x128x2048 30.4 -> 24.6), forwards 4096x40x4096 18.8 -> 13.2 (aten 16.3) and
+# 3000x100x6000 27.4 -> 17.7 (31.3), 2048x64x4096 1.03x, 4096x128x7168 0.98x (24.1 against
+# 23.5 us: a shape set's one product that the lower K floor moves, narrow_draw's).
 NARROW_SPLIT_COLUMNS = range(33, 129)
 NARROW_SPLIT_ROWS = 4096
-NARROW_SPLIT_K_RATIO = 2
-NARROW_SPLIT_MIN_K = 8192
+NARROW_SPLIT_K_RATIO = 1
+NARROW_SPLIT_MIN_K = 4096
 
 
 def narrow_columns_long_k(m: int, n: int, k: int) -> bool:
