@@ -211,23 +211,29 @@ def narrow_columns(m: int, n: int) -> bool:
 # From a K of M and 4096 (H200, call 452, NOTES 185): backwards 1.09-1.23x faster
 # (4096x100x3000 46.9 -> 42.8 us, aten 49.9; 6000x100x3000 63.6 -> 55.5, aten 71.9;
 # 5000x128x2048 30.4 -> 24.6), forwards 4096x40x4096 18.8 -> 13.2 (aten 16.3) and
-# 3000x100x6000 27.4 -> 17.7 (31.3), 2048x64x4096 1.03x, 4096x128x7168 0.98x (24.1 against
-# 23.5 us: a shape set's one product that the lower K floor moves, narrow_draw's).
+# 3000x100x6000 27.4 -> 17.7 (31.3), 2048x64x4096 1.03x. A whole tile of 128 columns keeps
+# the floor of 2x M and 8192: from the lower one its forwards ran 0.92x as fast split
+# (H100, call 456: 4096x128x4096, 4096x128x7168, 3072x128x7168; 0.98x on the H200) and its
+# weight gradients 1.03-1.05x (7168x128x4096's, 5120x128x4096's backwards).
 NARROW_SPLIT_COLUMNS = range(33, 129)
 NARROW_SPLIT_ROWS = 4096
 NARROW_SPLIT_K_RATIO = 1
 NARROW_SPLIT_MIN_K = 4096
+WHOLE_TILE_COLUMNS = 128
+WHOLE_TILE_K_RATIO = 2
+WHOLE_TILE_MIN_K = 8192
 
 
 def narrow_columns_long_k(m: int, n: int, k: int) -> bool:
     """Whether an fp16 or bf16 ``m x n x k`` product of ``NARROW_SPLIT_COLUMNS`` columns over
     more than ``THIN_ROWS`` and at most ``NARROW_SPLIT_ROWS`` rows splits over K: a K of at
-    least ``NARROW_SPLIT_K_RATIO`` x M and ``NARROW_SPLIT_MIN_K``."""
-    return (
-        n in NARROW_SPLIT_COLUMNS
-        and THIN_ROWS < m <= NARROW_SPLIT_ROWS
-        and k >= max(NARROW_SPLIT_K_RATIO * m, NARROW_SPLIT_MIN_K)
-    )
+    least ``NARROW_SPLIT_K_RATIO`` x M and ``NARROW_SPLIT_MIN_K`` (at ``WHOLE_TILE_COLUMNS``
+    columns ``WHOLE_TILE_K_RATIO`` x M and ``WHOLE_TILE_MIN_K``)."""
+    if n == WHOLE_TILE_COLUMNS:
+        least_k = max(WHOLE_TILE_K_RATIO * m, WHOLE_TILE_MIN_K)
+    else:
+        least_k = max(NARROW_SPLIT_K_RATIO * m, NARROW_SPLIT_MIN_K)
+    return n in NARROW_SPLIT_COLUMNS and THIN_ROWS < m <= NARROW_SPLIT_ROWS and k >= least_k
 
 
 def few_rows_config(m: int, n: int, tma: bool) -> helion.Config:

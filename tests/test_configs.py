@@ -205,10 +205,13 @@ def test_few_columns_over_a_long_k_split_over_k():
 def test_narrow_layers_weight_gradients_split_over_k():
     """A weight gradient of 33 to 128 columns over at most 4096 rows (``x.T @ grad_out`` of a
     router, an adapter or a small head, K the tokens) splits over K from a K of M and 4096,
-    in fp16 and bf16 (NOTES 182-183: 4096x40x16384 ran plain at 0.67 of aten)."""
+    at 128 columns from 2x M and 8192, in fp16 and bf16 (NOTES 182-185: 4096x40x16384 ran
+    plain at 0.67 of aten)."""
     for m, n, k in (
         (4096, 40, 16384),
         (4096, 128, 16384),
+        (4096, 127, 4096),
+        (2048, 128, 8192),
         (4096, 33, 8192),
         (3584, 64, 8192),
         (3000, 100, 8192),
@@ -225,9 +228,13 @@ def test_narrow_layers_weight_gradients_split_over_k():
     assert chosen["block_sizes"][:2] == [128, 128] and chosen["split_k"] == 4
     # 32 columns or fewer (plain at 0.95 of aten), more than 128, more than 4096 rows (the
     # plain kernel's programs fill waves: 6144x64x12288 0.88x as fast split), K short of
-    # M or of 4096, the rows of a thin product, and the forwards (K the hidden size)
-    # stay as they were.
+    # M or of 4096 (at 128 columns of 2x M or of 8192: 4096x128x7168's forward 0.92x as fast
+    # split), the rows of a thin product, and the forwards (K the hidden size) stay as they
+    # were.
     for m, n, k in (
+        (4096, 128, 8191),
+        (3072, 128, 7168),
+        (2048, 128, 8191),
         (4096, 32, 16384),
         (4096, 129, 16384),
         (4097, 64, 16384),
