@@ -208,13 +208,13 @@ def narrow_columns(m: int, n: int) -> bool:
 # aten 13.9), fp16 alike. Above 4096 rows the plain kernel has programs enough: six of eight
 # forwards of 5120-8192 rows ran 0.88-0.98x as fast split (6144x64x12288 54.6 -> 62.3), two
 # 1.07x and 1.22x; hence the bound.
-# From a K of M and 4096 (H200, call 452, NOTES 185): backwards 1.09-1.23x faster
-# (4096x100x3000 46.9 -> 42.8 us, aten 49.9; 6000x100x3000 63.6 -> 55.5, aten 71.9;
-# 5000x128x2048 30.4 -> 24.6), forwards 4096x40x4096 18.8 -> 13.2 (aten 16.3) and
-# 3000x100x6000 27.4 -> 17.7 (31.3), 2048x64x4096 1.03x. A whole tile of 128 columns keeps
-# the floor of 2x M and 8192: from the lower one its forwards ran 0.92x as fast split
-# (H100, call 456: 4096x128x4096, 4096x128x7168, 3072x128x7168; 0.98x on the H200) and its
-# weight gradients 1.03-1.05x (7168x128x4096's, 5120x128x4096's backwards).
+# From a K of M and 4096 (H200, call 452, NOTES 185): backwards of 64-100 columns 1.09-1.15x
+# faster (4096x100x3000 46.9 -> 42.8 us, aten 49.9; 6000x100x3000 63.6 -> 55.5, aten 71.9),
+# forwards 4096x40x4096 18.8 -> 13.2 (aten 16.3) and 3000x100x6000 27.4 -> 17.7 (31.3),
+# 2048x64x4096 1.03x. A whole tile of 128 columns keeps the floor of 2x M and 8192: from the
+# lower one its forwards ran 0.92x as fast split (H100, call 456: 4096x128x4096,
+# 4096x128x7168, 3072x128x7168; 0.98x on the H200), its backwards 1.03-1.05x (7168x128x4096,
+# 5120x128x4096; 5000x128x2048 1.23x on the H200).
 NARROW_SPLIT_COLUMNS = range(33, 129)
 NARROW_SPLIT_ROWS = 4096
 NARROW_SPLIT_K_RATIO = 1
