@@ -344,6 +344,12 @@ def model_pair(
     return config
 
 
+def forget_decisions() -> None:
+    """Drop the decisions cached per operands' keys (``model_pair``'s, ``last_wave_split``'s)."""
+    _model_pairs.clear()
+    _last_wave_splits.clear()
+
+
 def operands_key(a: torch.Tensor, b: torch.Tensor) -> tuple:
     """What a decision about ``a @ b`` may depend on: each operand's sizes, strides and
     16-byte alignment, the dtype and the device."""

@@ -56,7 +56,7 @@ from triton import set_allocator
 from triton.runtime import _allocation
 from triton.runtime.errors import OutOfResources
 
-from helion_ops import native
+from helion_ops import configs, native, staging
 from helion_ops.candidates import SMALL_OUTPUT
 from helion_ops.configs import (
     last_wave_split,
@@ -384,7 +384,9 @@ _fast_copy: dict[tuple[Any, ...], LaunchPlan] = {}
 
 
 def reset() -> None:
-    """Forget every compiled specialization (after changing a kernel's settings)."""
+    """Forget every compiled specialization (after changing a kernel's settings) and the
+    decisions cached per operands' key (``configs.forget_decisions``,
+    ``staging.forget_decisions``), which ``benchmarks.rule_ab`` retakes with a rule off."""
     _compiled.clear()
     _fast_mm.clear()
     _fast_addmm.clear()
@@ -396,6 +398,8 @@ def reset() -> None:
     _fast_relaid.clear()
     _fast_copy.clear()
     native.reset()
+    configs.forget_decisions()
+    staging.forget_decisions()
     for kernel in KERNELS:
         kernel.reset()
 

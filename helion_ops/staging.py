@@ -207,6 +207,11 @@ def worth_staging(a: torch.Tensor, b: torch.Tensor) -> bool:
     return decision
 
 
+def forget_decisions() -> None:
+    """Drop the staging decisions cached per operands' key (``worth_staging``'s)."""
+    _decisions.clear()
+
+
 def splits_over_k_as_it_is(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b``, unstaged, runs the split-K kernel as a long-K product (``long_k``),
     K's masks loading in vectors and K cut (``kernel.launch_addmm`` asks this too). Its time

@@ -18,6 +18,7 @@ from helion_ops.kernel import (
     matmul_kernel,
     matmul_kernel_tf32,
     pair_kernel,
+    reset,
     scaled,
     scaled_plus_bias,
     split_k_kernel,
@@ -384,7 +385,9 @@ def test_bias_epilogues_and_a_column_keep_the_tensor_descriptor_candidates(monke
 def test_a_backward_pair_whose_masks_do_not_vectorize_loads_by_host_descriptors(monkeypatch):
     """The wave model's pair for 4096x100x3000's backward outside CUDA graphs (grad_out and
     the weight staged onto rows of 128) chooses among every candidate, its pointer tiles
-    loading by descriptors built on the host; off, among tensor-descriptor candidates."""
+    loading by descriptors built on the host; off, among tensor-descriptor candidates. The
+    decision is cached per operands' key until ``kernel.reset`` (as ``benchmarks.rule_ab``
+    resets between a rule on and off)."""
     mat1, mat2, grad_out = (
         operand(4096, 3000, False),
         staged_columns(3000, 100),
@@ -394,10 +397,10 @@ def test_a_backward_pair_whose_masks_do_not_vectorize_loads_by_host_descriptors(
     with FakeTensorMode(allow_non_fake_inputs=True):
         fakes = [on_gpu(t) for t in operands]
         moved = configs.as_launched(configs.model_pair(*fakes, eager=True), *fakes).config
-        configs._model_pairs.clear()
+        reset()
         without_unmasked_tiles(monkeypatch)
         kept = configs.model_pair(*fakes, eager=True).config
-        configs._model_pairs.clear()
+        reset()
     assert moved["indexing"] == "tensor_descriptor" and moved["host_tensor_descriptors"]
     assert moved["block_sizes"] != kept["block_sizes"]
     assert kept["indexing"] == "tensor_descriptor"
