@@ -25,6 +25,7 @@ from helion_ops.kernel import (
     split_k_kernel_tf32,
     transposed_kernel,
 )
+from helion_ops.model import output_tiles
 
 pytestmark = [
     pytest.mark.skipif(HAS_CUDA, reason="the CUDA tests check these on real tensors"),
@@ -323,11 +324,6 @@ def without_unmasked_tiles(monkeypatch) -> None:
         monkeypatch.setattr(module, "pointer_tiles_unmasked", lambda *operands: False)
 
 
-def programs(config: dict, m: int, n: int) -> int:
-    bm, bn = config["block_sizes"][:2]
-    return -(-m // bm) * -(-n // bn)
-
-
 @pytest.mark.parametrize(
     "a, b, least",
     [
@@ -352,12 +348,12 @@ def test_masks_that_do_not_vectorize_take_the_models_tiles_on_host_descriptors(
     with FakeTensorMode(allow_non_fake_inputs=True):
         x, y = on_gpu(a), on_gpu(b)
         assert not staging.worth_staging(x, y) and not configs.transposed_pays(x, y)
-        moved = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+        moved = configs.select_config(bound, (x, y, scaled(1.0))).config
         without_unmasked_tiles(monkeypatch)
-        kept = configs.select_config(bound, (x, y, scaled(1.0))).config.config
+        kept = configs.select_config(bound, (x, y, scaled(1.0))).config
     assert moved["indexing"] == "tensor_descriptor" and moved["host_tensor_descriptors"]
-    assert programs(moved, m, n) == least
-    assert kept["block_sizes"][:2] == [128, 128] and programs(kept, m, n) < least
+    assert output_tiles(moved, m, n) == least
+    assert kept["block_sizes"][:2] == [128, 128] and output_tiles(kept, m, n) < least
 
 
 @pytest.mark.parametrize(
