@@ -9,10 +9,13 @@ round to round), every compiled specialization and cached decision is dropped
 (``kernel.reset``, the package's ``functools`` caches), then each product's forward
 (``helion_ops.matmul``) and ``torch.mm`` are timed under CUDA graphs (the measure of
 tritonbench's ``--cudagraph``), with the errors of ``matmul`` and ``addmm`` (a bias of N)
-against float64 over the largest reference value, aten's beside them. ``--mode bwd`` times
-the backward instead (``helion_ops.matmul``'s and ``torch.matmul``'s, as the built-in
-harness and tritonbench's plugin capture it: ``grad_out @ b.T`` and ``a.T @ grad_out``),
-with the larger error of the two gradients. Each row is printed
+against float64 over the largest reference value, aten's beside them. ``--op addmm`` times
+``helion_ops.addmm`` and ``torch.addmm`` with an [M, N] bias instead (tritonbench's addmm;
+its errors those of that bias): its bias epilogue chooses and launches its own config.
+``--mode bwd`` times the backward instead (``helion_ops.matmul``'s and ``torch.matmul``'s,
+or the addmms', as the built-in harness and tritonbench's plugin capture it: ``grad_out @
+b.T`` and ``a.T @ grad_out``, and addmm's bias gradient), with the largest error of the
+gradients. Each row is printed
 (and ``--json`` rewritten) as it is measured, so that a run cut short keeps what it timed;
 at the end it prints each product's best time on and off and their geomean ratio.
 Use shapes that are not in ``benchmarks/shapes/validation.csv``.
@@ -113,8 +116,9 @@ def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
     return ((out.double() - reference).abs().max() / reference.abs().max()).item()
 
 
-def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> dict:
-    """One product's times and errors, as the runtime routes it now."""
+def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, op: str = "mm") -> dict:
+    """One product's times and errors, as the runtime routes it now: ``op`` "mm" times
+    ``matmul``, "addmm" times ``addmm`` with ``bias``."""
     reference = a.double() @ b.double()
     with_bias = reference + bias.double()
     # The eager calls first: they compile what the timed captures replay.
@@ -124,26 +128,42 @@ def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> dict:
         "addmm_rel_err": relative_error(helion_ops.addmm(bias, a, b), with_bias),
         "aten_addmm_rel_err": relative_error(torch.addmm(bias, a, b), with_bias),
     }
-    times = {
-        "us": bench(lambda: helion_ops.matmul(a, b)),
-        "aten_us": bench(lambda: torch.mm(a, b)),
-    }
+    if op == "mm":
+        times = {
+            "us": bench(lambda: helion_ops.matmul(a, b)),
+            "aten_us": bench(lambda: torch.mm(a, b)),
+        }
+    else:
+        times = {
+            "us": bench(lambda: helion_ops.addmm(bias, a, b)),
+            "aten_us": bench(lambda: torch.addmm(bias, a, b)),
+        }
     return {**times, **errors}
 
 
-def measure_backward(a: torch.Tensor, b: torch.Tensor, cudagraph: bool = True) -> dict:
+def measure_backward(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, cudagraph: bool = True
+) -> dict:
     """One product's backward times and gradients' errors, as the runtime routes it now (on
-    the CPU without graphs, by a wall clock: not meaningful). The gradients are compared
-    after both are timed (drawn and compared between the two timings, as first written, the
-    float64 references and the seeded draw left a capture failing on an H100)."""
-    a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+    the CPU without graphs, by a wall clock: not meaningful): ``matmul``'s, or with ``bias``
+    ``addmm``'s. The gradients are compared after both are timed (drawn and compared between
+    the two timings, as first written, the float64 references and the seeded draw left a
+    capture failing on an H100)."""
+    inputs = [t.detach().requires_grad_() for t in ([a, b] if bias is None else [bias, a, b])]
+    a, b = inputs[-2:]
+    if bias is None:
+        fns = (("", helion_ops.matmul), ("aten_", torch.matmul))
+    else:
+        fns = (("", helion_ops.addmm), ("aten_", torch.addmm))
     row, grads = {}, {}
-    for prefix, fn in (("", helion_ops.matmul), ("aten_", torch.matmul)):
-        grads[prefix], step = harness.results_and_step(fn, [a, b], "bwd", cudagraph)
+    for prefix, fn in fns:
+        grads[prefix], step = harness.results_and_step(fn, inputs, "bwd", cudagraph)
         row[f"{prefix}us"] = harness.latency_ms(step, a.is_cuda, cudagraph) * 1e3
         del step
     grad_out = harness.grad_out_of(a.new_empty(a.shape[0], b.shape[1])).double()
     references = (grad_out @ b.double().T, a.double().T @ grad_out)
+    if bias is not None:
+        references = (grad_out, *references)
     for prefix, computed in grads.items():
         errors = [relative_error(computed[f"grad {i}"], r) for i, r in enumerate(references)]
         row[f"{prefix}rel_err"] = max(errors)
@@ -162,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mode", choices=["fwd", "bwd"], default="fwd", help="the pass to time (default fwd)"
     )
+    parser.add_argument(
+        "--op", choices=["mm", "addmm"], default="mm", help="addmm: with an [M, N] bias"
+    )
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     try:
@@ -175,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     products = []
     for m, n, k, layout in args.shape:
         a, b = operands(m, n, k, layout, dtype)
-        products.append(((m, n, k, layout), a, b, torch.randn(n, device="cuda", dtype=dtype)))
+        bias = torch.randn((n,) if args.op == "mm" else (m, n), device="cuda", dtype=dtype)
+        products.append(((m, n, k, layout), a, b, bias))
     meta = {
         "device": torch.cuda.get_device_name(),
         "dtype": args.dtype,
         "off": args.off,
         "mode": args.mode,
+        "op": args.op,
     }
     rows = []
     for round_ in range(args.rounds):
@@ -189,14 +214,17 @@ def main(argv: list[str] | None = None) -> int:
                 forget_decisions()
                 for (m, n, k, layout), a, b, bias in products:
                     row = {"shape": f"{m}x{n}x{k}", "layout": layout, "rule": rule}
-                    times = measure(a, b, bias) if args.mode == "fwd" else measure_backward(a, b)
+                    if args.mode == "fwd":
+                        times = measure(a, b, bias, args.op)
+                    else:
+                        times = measure_backward(a, b, bias if args.op == "addmm" else None)
                     rows.append({**row, "round": round_, **times})
                     print(json.dumps(rows[-1]), flush=True)
                     if args.json:
                         with open(args.json, "w") as f:
                             json.dump({**meta, "rows": rows}, f, indent=1)
     forget_decisions()
-    print(f"rule {' '.join(args.off)}, {args.mode}: best us on | off | aten, and off / on")
+    print(f"rule {' '.join(args.off)}, {args.op} {args.mode}: best us on | off | aten, off / on")
     gains = []
     for (m, n, k, layout), *_ in products:
         mine = [r for r in rows if r["shape"] == f"{m}x{n}x{k}" and r["layout"] == layout]

@@ -1090,11 +1090,12 @@ def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
         assert bad[-1] in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("op", ["mm", "addmm"])
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
-def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys, mode):
+def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys, mode, op):
     """A run of ``benchmarks.rule_ab`` cut short (a timeout's signal, here on the third
     product) has printed, and written to ``--json``, every row it measured before, of the
-    pass ``--mode`` names."""
+    pass ``--mode`` names, of the op ``--op`` names."""
     import torch
 
     from benchmarks import rule_ab
@@ -1111,11 +1112,11 @@ def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys,
     path = tmp_path / "ab.json"
     argv = ["--off", "narrow_tiles.narrow_columns", "--shape", "64x64x64", "--shape", "96x8x4096"]
     with pytest.raises(StopIteration):
-        rule_ab.main([*argv, "--rounds", "1", "--mode", mode, "--json", str(path)])
+        rule_ab.main([*argv, "--rounds", "1", "--mode", mode, "--op", op, "--json", str(path)])
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     written = json.loads(path.read_text())
     assert printed == written["rows"] and written["device"] == "a GPU"
-    assert written["mode"] == mode
+    assert written["mode"] == mode and written["op"] == op
     assert [(r["shape"], r["rule"], r["us"]) for r in printed] == [
         ("64x64x64", "on", 2.0),
         ("96x8x4096", "on", 4.0),
@@ -1138,6 +1139,24 @@ def test_rule_ab_times_the_backward_and_checks_both_gradients(monkeypatch):
     assert row["us"] > 0 and row["aten_us"] > 0
     monkeypatch.setattr(helion_ops, "matmul", lambda x, y: torch.matmul(1.01 * x, y))
     assert rule_ab.measure_backward(a, b, cudagraph=False)["rel_err"] > 5e-3
+
+
+def test_rule_ab_times_addmms_backward_and_checks_the_bias_gradient(monkeypatch):
+    """``benchmarks.rule_ab --op addmm --mode bwd``'s measure (without graphs): the three
+    gradients of ``helion_ops.addmm`` and of torch's, an [M, N] bias among them, against
+    float64; a wrong bias gradient alone shows in the error."""
+    import torch
+
+    import helion_ops
+    from benchmarks import rule_ab
+
+    a, b = torch.randn(40, 24, device=DEVICE), torch.randn(19, 24, device=DEVICE).T
+    bias = torch.randn(40, 19, device=DEVICE)
+    row = rule_ab.measure_backward(a, b, bias, cudagraph=False)
+    assert row["rel_err"] < 1e-5 and row["aten_rel_err"] < 1e-5, row
+    addmm = helion_ops.addmm
+    monkeypatch.setattr(helion_ops, "addmm", lambda c, x, y: addmm(1.01 * c, x, y))
+    assert rule_ab.measure_backward(a, b, bias, cudagraph=False)["rel_err"] > 5e-3
 
 
 def test_the_cpu_host_bench_times_every_row_in_turn():
