@@ -38,6 +38,7 @@ import triton
 import helion_ops
 from benchmarks import harness
 from benchmarks.cli import positive
+from benchmarks.suite import BACKENDS
 from helion_ops import kernel
 from helion_ops.dtype_names import torch_name
 from helion_ops.tune import operands, parse_shape
@@ -116,8 +117,8 @@ def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
     return ((out.double() - reference).abs().max() / reference.abs().max()).item()
 
 
-def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, op: str = "mm") -> dict:
-    """One product's times and errors, as the runtime routes it now: ``op`` "mm" times
+def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, op: str = "gemm") -> dict:
+    """One product's times and errors, as the runtime routes it now: ``op`` "gemm" times
     ``matmul``, "addmm" times ``addmm`` with ``bias``."""
     reference = a.double() @ b.double()
     with_bias = reference + bias.double()
@@ -128,7 +129,7 @@ def measure(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, op: str = "mm"
         "addmm_rel_err": relative_error(helion_ops.addmm(bias, a, b), with_bias),
         "aten_addmm_rel_err": relative_error(torch.addmm(bias, a, b), with_bias),
     }
-    if op == "mm":
+    if op == "gemm":
         times = {
             "us": bench(lambda: helion_ops.matmul(a, b)),
             "aten_us": bench(lambda: torch.mm(a, b)),
@@ -151,13 +152,11 @@ def measure_backward(
     capture failing on an H100)."""
     inputs = [t.detach().requires_grad_() for t in ([a, b] if bias is None else [bias, a, b])]
     a, b = inputs[-2:]
-    if bias is None:
-        fns = (("", helion_ops.matmul), ("aten_", torch.matmul))
-    else:
-        fns = (("", helion_ops.addmm), ("aten_", torch.addmm))
+    op = "gemm" if bias is None else "addmm"
+    backends, names = harness.functions(op), BACKENDS[op]
     row, grads = {}, {}
-    for prefix, fn in fns:
-        grads[prefix], step = harness.results_and_step(fn, inputs, "bwd", cudagraph)
+    for prefix, name in (("", names.helion), ("aten_", names.baseline)):
+        grads[prefix], step = harness.results_and_step(backends[name], inputs, "bwd", cudagraph)
         row[f"{prefix}us"] = harness.latency_ms(step, a.is_cuda, cudagraph) * 1e3
         del step
     grad_out = harness.grad_out_of(a.new_empty(a.shape[0], b.shape[1])).double()
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "--mode", choices=["fwd", "bwd"], default="fwd", help="the pass to time (default fwd)"
     )
     parser.add_argument(
-        "--op", choices=["mm", "addmm"], default="mm", help="addmm: with an [M, N] bias"
+        "--op", choices=["gemm", "addmm"], default="gemm", help="addmm: with an [M, N] bias"
     )
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
@@ -198,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     products = []
     for m, n, k, layout in args.shape:
         a, b = operands(m, n, k, layout, dtype)
-        bias = torch.randn((n,) if args.op == "mm" else (m, n), device="cuda", dtype=dtype)
+        bias = torch.randn((n,) if args.op == "gemm" else (m, n), device="cuda", dtype=dtype)
         products.append(((m, n, k, layout), a, b, bias))
     meta = {
         "device": torch.cuda.get_device_name(),

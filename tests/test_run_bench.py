@@ -1090,7 +1090,7 @@ def test_rule_ab_turns_a_rule_off_everywhere_and_back(capsys):
         assert bad[-1] in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("op", ["mm", "addmm"])
+@pytest.mark.parametrize("op", ["gemm", "addmm"])
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
 def test_rule_ab_keeps_each_row_as_it_is_measured(tmp_path, monkeypatch, capsys, mode, op):
     """A run of ``benchmarks.rule_ab`` cut short (a timeout's signal, here on the third
