@@ -35,6 +35,7 @@ import torch
 
 from helion_ops.configs import model_product, model_without_entry, operands_key, splits_k
 from helion_ops.loads import (
+    UNMASKED_MIN_SIDE,
     k_masks_vectorize,
     masks_vectorize,
     rows_off_lines,
@@ -243,7 +244,19 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
         off and tma_aligned(t) for off, t in zip(rows_off_lines(a, b), (a, b), strict=True)
     )
     product = model_product(a, b)._replace(off_lines=off_lines)
-    return staging_pays(model, product, copies, tma_only=not masks_vectorize(a, b))
+    tma_only = not masks_vectorize(a, b) and not staged_tiles_unmasked(a, b)
+    return staging_pays(model, product, copies, tma_only)
+
+
+def staged_tiles_unmasked(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a @ b``, staged, chooses among every candidate where its pointer loads'
+    masks would not vectorize, as ``configs.choose_config`` does for its aligned copies: its
+    pointer tiles load unmasked by host-built descriptors (``loads.pointer_tiles_unmasked``:
+    fp16 or bf16, N and K of at least ``UNMASKED_MIN_SIDE``; the copies are aligned). Priced
+    among tensor-descriptor candidates alone, 511x12345x511's input gradient (511x511x12345,
+    ``w.T`` on columns of 2 bytes) would run 16 programs of 128x128 staged, predicted slower
+    than unstaged (99.7 us against 72.4); among every tile 31.0, 48.1 with the copy."""
+    return a.element_size() == 2 and min(a.shape[1], b.shape[1]) >= UNMASKED_MIN_SIDE
 
 
 def staging_pays(
