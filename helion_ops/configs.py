@@ -209,8 +209,9 @@ def choose_config(
     if few_columns(b.T, a.T) if transposed else few_rows(a, b):
         return few_rows_config(a.shape[0], b.shape[1], tma_aligned(a, b))
     product, tma_only = model_product(a, b), tensor_descriptors_only(a, b)
-    # Its pointer tiles move onto host-built descriptors below (``on_host_descriptors``).
-    unmasked = epilogue != "bias" and not transposed and pointer_tiles_unmasked(a, b)
+    # Its pointer tiles move onto host-built descriptors below (``on_host_descriptors``), or,
+    # with a bias epilogue, at launch (``as_launched``).
+    unmasked = not transposed and pointer_tiles_unmasked(a, b)
     break_ties = epilogue != "bias"
     stream = None
     if masks_vectorize(a, b) and not transposed:

@@ -162,7 +162,7 @@ UNMASKED_MIN_SIDE = 9
 
 
 def pointer_tiles_unmasked(*operands: torch.Tensor) -> bool:
-    """Whether pointer tiles for a plain product's fp16 or bf16 operands (or a pair's four)
+    """Whether pointer tiles for a product's fp16 or bf16 operands (or a pair's four)
     load by tensor descriptors built on the host, which need no bounds masks, where pointer
     loads' masks would not vectorize (``masks_vectorize``) on rows that start on 16 bytes
     (``tma_aligned``), in products of at least ``UNMASKED_MIN_SIDE`` columns and K. The wave

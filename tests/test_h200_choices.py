@@ -335,39 +335,34 @@ def without_unmasked_tiles(monkeypatch) -> None:
     ],
     ids=["dW 2048x100x3000", "3000x250x5000"],
 )
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
 def test_masks_that_do_not_vectorize_take_the_models_tiles_on_host_descriptors(
-    monkeypatch, a, b, least
+    monkeypatch, a, b, least, bias
 ):
-    """Aligned operands whose pointer loads' masks would not vectorize (N of 100 or 250):
-    the wave model chooses among every candidate, and its pointer tiles load by descriptors
-    built on the host (``loads.pointer_tiles_unmasked``), on more programs than the
-    tensor-descriptor candidates' 128x128 give."""
+    """Aligned operands whose pointer loads' masks would not vectorize (N of 100 or 250),
+    with or without a bias epilogue: the wave model chooses among every candidate, and its
+    pointer tiles load by descriptors built on the host (``loads.pointer_tiles_unmasked``),
+    on more programs than the tensor-descriptor candidates' 128x128 give."""
     assert loads.tensor_descriptors_only(a, b)
-    bound = matmul_kernel.bind((a, b, scaled(1.0)))
     m, n = a.shape[0], b.shape[1]
+    epilogue = scaled_plus_bias(1.0, 1.0, operand(m, n, False)) if bias else scaled(1.0)
+    bound = matmul_kernel.bind((a, b, epilogue))
     with FakeTensorMode(allow_non_fake_inputs=True):
         x, y = on_gpu(a), on_gpu(b)
         assert not staging.worth_staging(x, y) and not configs.transposed_pays(x, y)
-        moved = configs.select_config(bound, (x, y, scaled(1.0))).config
+        moved = configs.select_config(bound, (x, y, epilogue)).config
         without_unmasked_tiles(monkeypatch)
-        kept = configs.select_config(bound, (x, y, scaled(1.0))).config
+        kept = configs.select_config(bound, (x, y, epilogue)).config
     assert moved["indexing"] == "tensor_descriptor" and moved["host_tensor_descriptors"]
     assert output_tiles(moved, m, n) == least
     assert kept["block_sizes"][:2] == [128, 128] and output_tiles(kept, m, n) < least
 
 
-@pytest.mark.parametrize(
-    "a, b, bias",
-    [
-        (operand(2048, 3000, True), staged_columns(3000, 100), True),  # a bias epilogue
-        (operand(65536, 256, False), operand(256, 1, False), False),  # 1 column (call 455)
-    ],
-    ids=["bias", "65536x1x256"],
-)
-def test_bias_epilogues_and_a_column_keep_the_tensor_descriptor_candidates(monkeypatch, a, b, bias):
-    """A bias epilogue's choice (``pipelines.fit_for_bias`` reshapes tensor-descriptor
-    tiles) and products under ``loads.UNMASKED_MIN_SIDE`` columns (65536x1x256's forward
-    ran 0.90x as fast moved) choose as before."""
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
+def test_a_column_keeps_the_tensor_descriptor_candidates(monkeypatch, bias):
+    """Products under ``loads.UNMASKED_MIN_SIDE`` columns (65536x1x256's forward ran 0.90x
+    as fast moved) choose as before."""
+    a, b = operand(65536, 256, False), operand(256, 1, False)
     m, n = a.shape[0], b.shape[1]
     epilogue = scaled_plus_bias(1.0, 1.0, operand(m, n, False)) if bias else scaled(1.0)
     bound = matmul_kernel.bind((a, b, epilogue))
