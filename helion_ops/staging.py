@@ -35,15 +35,17 @@ import torch
 
 from helion_ops.configs import model_product, model_without_entry, operands_key, splits_k
 from helion_ops.loads import (
+    UNMASKED_MIN_SIDE,
     k_masks_vectorize,
     masks_vectorize,
+    row_bytes,
     rows_off_lines,
     rows_off_sectors,
     tma_aligned,
 )
 from helion_ops.long_k import long_k_product
 from helion_ops.model import LINE_BYTES, bandwidth_bound
-from helion_ops.narrow_tiles import few_rows
+from helion_ops.narrow_tiles import few_rows, narrow_columns
 from helion_ops.table import operand_layout, product_mnk
 
 if TYPE_CHECKING:
@@ -243,7 +245,34 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
         off and tma_aligned(t) for off, t in zip(rows_off_lines(a, b), (a, b), strict=True)
     )
     product = model_product(a, b)._replace(off_lines=off_lines)
-    return staging_pays(model, product, copies, tma_only=not masks_vectorize(a, b))
+    tma_only = not masks_vectorize(a, b) and not staged_tiles_unmasked(a, b)
+    return staging_pays(model, product, copies, tma_only)
+
+
+def staged_tiles_unmasked(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a @ b``, staged, is priced among every candidate where its pointer loads'
+    masks would not vectorize, as ``configs.choose_config`` chooses for its aligned copies:
+    their pointer tiles load unmasked by host-built descriptors (``loads.pointer_tiles_
+    unmasked``: fp16 or bf16, N and K of at least ``UNMASKED_MIN_SIDE``), unless the copies
+    run ``narrow_tiles.NARROW_COLUMNS_TILE`` (``narrow_columns``); and only where an unaligned
+    operand's rows start on 2 bytes (``loads.row_bytes``), loading element by element
+    unstaged. Priced among tensor-descriptor tiles alone, 511x12345x511's input gradient
+    (511x511x12345, ``w.T`` on columns of 2 bytes) stayed unstaged, predicted slower staged
+    (99.7 us against 72.4); among every tile 31.0, 48.1 with the copy.
+
+    On and off (H100, bf16, under CUDA graphs, call 458, NOTES 187), rows on 2 bytes: the
+    forwards 511x999x2049 31.3 -> 18.1 us (aten 24.8) and 2049x127x2048 28.9 -> 13.1 (21.1),
+    511x12345x511's backward 584.8 -> 112.0 (138.0). Rows on 4 or 8 bytes, which load in
+    vectors of 2 or 4 elements unstaged, ran slower staged: 1024x250x3072's forward 13.2 ->
+    15.5 (15.8), 1024x100x8192's backward 23.7 -> 31.0 (37.3), and 6000x60x3072's forward
+    13.6 -> 23.5 (26.8), whose copies run the narrow-columns tile."""
+    m, n = product_mnk(a, b)[:2]
+    return (
+        a.element_size() == 2
+        and min(a.shape[1], b.shape[1]) >= UNMASKED_MIN_SIDE
+        and row_bytes(a, b) == a.element_size()
+        and not narrow_columns(m, n)
+    )
 
 
 def staging_pays(

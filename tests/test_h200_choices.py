@@ -395,3 +395,22 @@ def test_a_backward_pair_whose_masks_do_not_vectorize_loads_by_host_descriptors(
     assert moved["indexing"] == "tensor_descriptor" and moved["host_tensor_descriptors"]
     assert moved["block_sizes"] != kept["block_sizes"]
     assert kept["indexing"] == "tensor_descriptor"
+
+
+def test_a_staged_product_is_priced_among_the_tiles_it_will_run(monkeypatch):
+    """511x12345x511's input gradient (grad_out, on lines, @ w.T on columns of 2 bytes):
+    staged, its masks (N = 511, K = 12345) would not vectorize, but its pointer tiles load
+    unmasked by host-built descriptors (``loads.pointer_tiles_unmasked``), so the model
+    prices it among every tile, as the launch chooses, and stages it. Priced among
+    tensor-descriptor tiles alone (16 programs of 128x128) it stayed unstaged, on pointer
+    tiles that load w.T element by element."""
+    grad_out, w_t = staged_columns(511, 12345), operand(12345, 511, True)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = on_gpu(grad_out), on_gpu(w_t)
+        assert not loads.tma_aligned(x, y) and not staging.splits_over_k_as_it_is(x, y)
+        assert staging.staged_tiles_unmasked(x, y)
+        assert staging.worth_staging(x, y)
+        staging.forget_decisions()
+        monkeypatch.setattr(staging, "staged_tiles_unmasked", lambda a, b: False)
+        assert not staging.worth_staging(x, y)
+        staging.forget_decisions()
