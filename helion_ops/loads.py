@@ -176,7 +176,9 @@ def pointer_tiles_unmasked(*operands: torch.Tensor) -> bool:
     products of no set: backwards 2048x100x3000 52.0 -> 25.2 us (aten 32.0), 3000x100x2048
     67.2 -> 28.3 (29.4), 2048x250x2048 29.5 -> 21.3 (31.4), 12000x500x2000 1.05x; the
     forward 3000x250x5000 40.8 -> 27.1 (44.9); three more 0.99-1.01x. Of the shape sets'
-    products it moves an LM head's backward, 1024x50257x1024, 1.11x and 3500^3's 0.99x."""
+    products it moves an LM head's backward, 1024x50257x1024, 1.11x and 3500^3's 0.99x. With
+    a bias epilogue too (H100, call 458, NOTES 187): addmm forwards 1500x500x5000 45.8 -> 30.4
+    us (aten 46.9), 3000x250x5000 47.3 -> 31.0 (48.0), 12000x500x2000 1.006x."""
     pairs = list(zip(operands[::2], operands[1::2], strict=True))
     return (
         operands[0].element_size() == 2
