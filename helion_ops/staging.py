@@ -251,21 +251,24 @@ def _predicted_faster(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def staged_tiles_unmasked(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b``, staged, is priced among every candidate where its pointer loads'
-    masks would not vectorize, as ``configs.choose_config`` chooses for its aligned copies:
-    their pointer tiles load unmasked by host-built descriptors (``loads.pointer_tiles_
-    unmasked``: fp16 or bf16, N and K of at least ``UNMASKED_MIN_SIDE``), unless the copies
-    run ``narrow_tiles.NARROW_COLUMNS_TILE`` (``narrow_columns``); and only where an unaligned
-    operand's rows start on 2 bytes (``loads.row_bytes``), loading element by element
-    unstaged. Priced among tensor-descriptor tiles alone, 511x12345x511's input gradient
-    (511x511x12345, ``w.T`` on columns of 2 bytes) stayed unstaged, predicted slower staged
-    (99.7 us against 72.4); among every tile 31.0, 48.1 with the copy.
+    masks would not vectorize, as ``configs.choose_config`` chooses for its aligned copies,
+    whose pointer tiles load unmasked by host-built descriptors
+    (``loads.pointer_tiles_unmasked``: fp16 or bf16, N and K of at least
+    ``UNMASKED_MIN_SIDE``): where an unaligned operand's rows start on 2 bytes
+    (``loads.row_bytes``), loading element by element unstaged, and the copies do not run
+    ``narrow_tiles.NARROW_COLUMNS_TILE`` (``narrow_columns``). Priced among
+    tensor-descriptor tiles alone, 511x12345x511's input gradient (511x511x12345, ``w.T`` on
+    columns of 2 bytes) stayed unstaged, predicted slower staged (99.7 us against 72.4);
+    among every tile 31.0, 48.1 with the copy.
 
-    On and off (H100, bf16, under CUDA graphs, call 458, NOTES 187), rows on 2 bytes: the
+    On and off (H100, bf16, under CUDA graphs, NOTES 187): rows on 2 bytes (call 458) the
     forwards 511x999x2049 31.3 -> 18.1 us (aten 24.8) and 2049x127x2048 28.9 -> 13.1 (21.1),
-    511x12345x511's backward 584.8 -> 112.0 (138.0). Rows on 4 or 8 bytes, which load in
-    vectors of 2 or 4 elements unstaged, ran slower staged: 1024x250x3072's forward 13.2 ->
-    15.5 (15.8), 1024x100x8192's backward 23.7 -> 31.0 (37.3), and 6000x60x3072's forward
-    13.6 -> 23.5 (26.8), whose copies run the narrow-columns tile."""
+    511x12345x511's backward 584.8 -> 112.0 (138.0); seven products of no set drawn after
+    (call 460) 0.99-15x (4095x4097x255's backward 1258.6 -> 84.0, aten 151.1). Rows on 4 or
+    8 bytes, which load in vectors of 2 or 4 elements unstaged, ran slower staged (call 458):
+    1024x250x3072's forward 13.2 -> 15.5 (15.8), 1024x100x8192's backward 23.7 -> 31.0
+    (37.3), and 6000x60x3072's forward 13.6 -> 23.5 (26.8), whose copies run the
+    narrow-columns tile."""
     m, n = product_mnk(a, b)[:2]
     return (
         a.element_size() == 2
