@@ -181,10 +181,19 @@ def pointer_tiles_unmasked(*operands: torch.Tensor) -> bool:
     us (aten 46.9), 3000x250x5000 47.3 -> 31.0 (48.0), 12000x500x2000 1.006x."""
     pairs = list(zip(operands[::2], operands[1::2], strict=True))
     return (
-        operands[0].element_size() == 2
-        and all(min(a.shape[1], b.shape[1]) >= UNMASKED_MIN_SIDE for a, b in pairs)
+        unmasked_sizes(*operands)
         and tma_aligned(*operands)
         and not all(masks_vectorize(a, b) for a, b in pairs)
+    )
+
+
+def unmasked_sizes(*operands: torch.Tensor) -> bool:
+    """Whether products' operands (``a, b`` or a pair's four) are of the dtypes and sizes
+    that ``pointer_tiles_unmasked`` moves onto host-built descriptors: fp16 or bf16, and each
+    product's N and K at least ``UNMASKED_MIN_SIDE``."""
+    pairs = zip(operands[::2], operands[1::2], strict=True)
+    return operands[0].element_size() == 2 and all(
+        min(a.shape[1], b.shape[1]) >= UNMASKED_MIN_SIDE for a, b in pairs
     )
 
 

@@ -35,13 +35,13 @@ import torch
 
 from helion_ops.configs import model_product, model_without_entry, operands_key, splits_k
 from helion_ops.loads import (
-    UNMASKED_MIN_SIDE,
     k_masks_vectorize,
     masks_vectorize,
     row_bytes,
     rows_off_lines,
     rows_off_sectors,
     tma_aligned,
+    unmasked_sizes,
 )
 from helion_ops.long_k import long_k_product
 from helion_ops.model import LINE_BYTES, bandwidth_bound
@@ -253,13 +253,12 @@ def staged_tiles_unmasked(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a @ b``, staged, is priced among every candidate where its pointer loads'
     masks would not vectorize, as ``configs.choose_config`` chooses for its aligned copies,
     whose pointer tiles load unmasked by host-built descriptors
-    (``loads.pointer_tiles_unmasked``: fp16 or bf16, N and K of at least
-    ``UNMASKED_MIN_SIDE``): where an unaligned operand's rows start on 2 bytes
-    (``loads.row_bytes``), loading element by element unstaged, and the copies do not run
-    ``narrow_tiles.NARROW_COLUMNS_TILE`` (``narrow_columns``). Priced among
-    tensor-descriptor tiles alone, 511x12345x511's input gradient (511x511x12345, ``w.T`` on
-    columns of 2 bytes) stayed unstaged, predicted slower staged (99.7 us against 72.4);
-    among every tile 31.0, 48.1 with the copy.
+    (``loads.pointer_tiles_unmasked``; sizes: ``loads.unmasked_sizes``): where an unaligned
+    operand's rows start on 2 bytes (``loads.row_bytes``), loading element by element
+    unstaged, and the copies do not run ``narrow_tiles.NARROW_COLUMNS_TILE``
+    (``narrow_columns``). Priced among tensor-descriptor tiles alone, 511x12345x511's input
+    gradient (511x511x12345, ``w.T`` on columns of 2 bytes) stayed unstaged, predicted slower
+    staged (99.7 us against 72.4); among every tile 31.0, 48.1 with the copy.
 
     On and off (H100, bf16, under CUDA graphs, NOTES 187): rows on 2 bytes (call 458) the
     forwards 511x999x2049 31.3 -> 18.1 us (aten 24.8) and 2049x127x2048 28.9 -> 13.1 (21.1),
@@ -270,12 +269,7 @@ def staged_tiles_unmasked(a: torch.Tensor, b: torch.Tensor) -> bool:
     (37.3), and 6000x60x3072's forward 13.6 -> 23.5 (26.8), whose copies run the
     narrow-columns tile."""
     m, n = product_mnk(a, b)[:2]
-    return (
-        a.element_size() == 2
-        and min(a.shape[1], b.shape[1]) >= UNMASKED_MIN_SIDE
-        and row_bytes(a, b) == a.element_size()
-        and not narrow_columns(m, n)
-    )
+    return unmasked_sizes(a, b) and row_bytes(a, b) == a.element_size() and not narrow_columns(m, n)
 
 
 def staging_pays(
